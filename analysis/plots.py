@@ -1,0 +1,28 @@
+"""Plots of a run (matplotlib, Agg backend: no display needed)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+
+
+def plot_accuracy(rounds: pd.DataFrame, path: Path, title: str) -> None:
+    """Accuracy (generic and personalized) against simulated time, saved as PNG."""
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for column, label in (("generic_acc", "generic (global test)"), ("personal_acc", "personalized (local tests)")):
+        data = rounds[["t_end", column]].dropna()
+        if not data.empty:
+            ax.plot(data["t_end"], data[column], marker=".", label=label)
+    ax.set_xlabel("simulated time (s)")
+    ax.set_ylabel("accuracy")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, format="png", dpi=120)
+    plt.close(fig)

@@ -1,0 +1,40 @@
+"""Large-scale path loss.
+
+KAPC Table 4 defaults: path loss constant -40 dB at reference distance 1 m,
+path loss exponent 4, client distances U[100, 500] m.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from mecsim.channels.units import FloatOrArray, db_to_linear
+
+
+@dataclass(frozen=True)
+class LogDistancePathLoss:
+    """Log-distance path loss: gain = 10^(constant_db/10) * (d / d0)^-exponent.
+
+    Args:
+        constant_db: path loss constant h0 at the reference distance, dB.
+        reference_m: reference distance d0, m (> 0).
+        exponent: path loss exponent a (>= 0).
+    """
+
+    constant_db: float = -40.0
+    reference_m: float = 1.0
+    exponent: float = 4.0
+
+    def __post_init__(self) -> None:
+        if self.reference_m <= 0:
+            raise ValueError(f"reference_m must be > 0, got {self.reference_m}")
+        if self.exponent < 0:
+            raise ValueError(f"exponent must be >= 0, got {self.exponent}")
+
+    def gain(self, distance_m: FloatOrArray) -> FloatOrArray:
+        """Linear large-scale power gain at ``distance_m`` metres (> 0)."""
+        if np.any(np.asarray(distance_m) <= 0):
+            raise ValueError(f"distance_m must be > 0, got {distance_m!r}")
+        gain = db_to_linear(self.constant_db) * (distance_m / self.reference_m) ** -self.exponent
+        return gain if isinstance(distance_m, np.ndarray) else float(gain)

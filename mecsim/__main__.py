@@ -1,0 +1,5 @@
+import sys
+
+from mecsim.cli import main
+
+sys.exit(main())

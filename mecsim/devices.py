@@ -1,0 +1,48 @@
+"""Compute device profiles: effective FLOP/s and power draw.
+
+The figures are *effective* training throughputs of small-batch PyTorch
+workloads (well below datasheet peaks) and typical board power under load.
+They are order-of-magnitude assumptions, stated here so a user can replace
+them; override per scenario by registering a profile from Python.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mecsim.registry import Registry
+
+
+@dataclass(frozen=True)
+class DeviceProfile:
+    """A compute device.
+
+    Args:
+        name: registry name.
+        flops_per_s: effective training throughput in FLOP/s.
+        power_w: power drawn while computing, in W.
+    """
+
+    name: str
+    flops_per_s: float
+    power_w: float
+
+    def compute_time(self, flops: float) -> float:
+        """Seconds to execute ``flops`` FLOPs."""
+        return flops / self.flops_per_s
+
+    def compute_energy(self, seconds: float) -> float:
+        """Joules drawn while computing for ``seconds``."""
+        return self.power_w * seconds
+
+
+DEVICES: Registry[DeviceProfile] = Registry("device", "clients.device")
+
+for _name, _flops, _power, _desc in [
+    ("iot-low", 1e9, 1.5, "low-end IoT board (Cortex-A53 class): 1 GFLOP/s, 1.5 W"),
+    ("phone-mid", 2e10, 3.0, "mid-range phone SoC: 20 GFLOP/s, 3 W"),
+    ("phone-high", 1e11, 5.0, "high-end phone SoC with NPU/GPU: 100 GFLOP/s, 5 W"),
+    ("jetson", 1e12, 15.0, "embedded edge GPU (Jetson class): 1 TFLOP/s, 15 W"),
+    ("edge-server", 2e13, 300.0, "edge GPU server (data-centre GPU): 20 TFLOP/s, 300 W"),
+]:
+    DEVICES.add(_name, DeviceProfile(_name, _flops, _power), _desc)

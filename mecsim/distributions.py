@@ -1,0 +1,108 @@
+"""Per-client attribute values: a constant or a distribution, sampled from a named stream.
+
+In a scenario a per-client attribute is either a number (or a name, for
+devices) or an inline table with a ``dist`` key::
+
+    bandwidth_mhz = { dist = "uniform", low = 10, high = 30 }
+    tx_power_dbm  = 26
+    device        = { dist = "choice", values = ["phone-mid", "phone-high"], weights = [3, 1] }
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal, Union
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class _Dist(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Uniform(_Dist):
+    """Uniform on [low, high]."""
+
+    dist: Literal["uniform"] = "uniform"
+    low: float
+    high: float
+
+    @model_validator(mode="after")
+    def _check(self) -> Uniform:
+        if self.low > self.high:
+            raise ValueError(f"low ({self.low}) must be <= high ({self.high})")
+        return self
+
+    def sample(self, rng: np.random.Generator, size: int) -> np.ndarray:
+        return rng.uniform(self.low, self.high, size)
+
+
+class Normal(_Dist):
+    """Normal with mean and standard deviation ``std`` (>= 0)."""
+
+    dist: Literal["normal"] = "normal"
+    mean: float
+    std: float = Field(ge=0)
+
+    def sample(self, rng: np.random.Generator, size: int) -> np.ndarray:
+        return rng.normal(self.mean, self.std, size)
+
+
+class LogNormal(_Dist):
+    """exp(N(mu, sigma)): always positive."""
+
+    dist: Literal["lognormal"] = "lognormal"
+    mu: float = 0.0
+    sigma: float = Field(default=1.0, ge=0)
+
+    def sample(self, rng: np.random.Generator, size: int) -> np.ndarray:
+        return rng.lognormal(self.mu, self.sigma, size)
+
+
+class Choice(_Dist):
+    """One of ``values``, with optional non-negative ``weights`` (normalized)."""
+
+    dist: Literal["choice"] = "choice"
+    values: list[float | str] = Field(min_length=1)
+    weights: list[float] | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> Choice:
+        if self.weights is not None:
+            if len(self.weights) != len(self.values):
+                raise ValueError(
+                    f"weights has {len(self.weights)} entries but values has {len(self.values)}"
+                )
+            if any(w < 0 for w in self.weights) or sum(self.weights) <= 0:
+                raise ValueError("weights must be >= 0 with a positive sum")
+        return self
+
+    def sample(self, rng: np.random.Generator, size: int) -> np.ndarray:
+        p = None
+        if self.weights is not None:
+            p = np.asarray(self.weights, dtype=float) / sum(self.weights)
+        picks = rng.choice(len(self.values), size=size, p=p)
+        return np.array([self.values[i] for i in picks], dtype=object)
+
+
+Distribution = Annotated[Union[Uniform, Normal, LogNormal, Choice], Field(discriminator="dist")]
+NumberAttr = Union[float, Distribution]
+NameAttr = Union[str, Choice]
+
+
+def sample_attribute(
+    value: float | str | _Dist, rng: np.random.Generator, size: int
+) -> np.ndarray:
+    """``size`` draws of a per-client attribute (a constant is repeated)."""
+    if isinstance(value, _Dist):
+        return value.sample(rng, size)
+    return np.full(size, value, dtype=object if isinstance(value, str) else float)
+
+
+def attribute_values(value: float | str | _Dist) -> list[float | str] | None:
+    """The finite set of values an attribute can take, or None for continuous ones."""
+    if isinstance(value, Choice):
+        return list(value.values)
+    if isinstance(value, (str, int, float)):
+        return [value]
+    return None

@@ -1,0 +1,35 @@
+"""Exceptions raised by mecsim; each carries the offending field and a fix."""
+
+from __future__ import annotations
+
+
+class MecsimError(Exception):
+    """Base class: a user-facing error the CLI prints as one clear message."""
+
+
+class ConfigError(MecsimError):
+    """A scenario value is invalid.
+
+    Args:
+        field: dotted path of the offending key, e.g. ``clients.bandwidth_mhz.low``.
+        message: what is wrong and how to fix it.
+    """
+
+    def __init__(self, field: str, message: str) -> None:
+        self.field = field
+        self.message = message
+        super().__init__(f"{field}: {message}")
+
+
+class UnknownNameError(ConfigError):
+    """A name (algorithm, dataset, model, ...) is not in its registry."""
+
+    def __init__(self, field: str, kind: str, name: str, allowed: list[str]) -> None:
+        self.allowed = allowed
+        super().__init__(
+            field, f"unknown {kind} {name!r}; allowed: {', '.join(sorted(allowed))}"
+        )
+
+
+class DatasetNotFoundError(MecsimError):
+    """A dataset's files are missing and downloading is off or impossible."""

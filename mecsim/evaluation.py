@@ -1,0 +1,79 @@
+"""Evaluation: generic model on the global test set, personalized models on local tests.
+
+Evaluation costs wall time but no simulated time. The personalized accuracy
+is the average of per-client local-test accuracies weighted by client
+training-sample counts (spectral co-distillation, appendix B); the standard
+deviation of per-client accuracies is kept as a fairness metric.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from torch import Tensor, nn
+
+from mecsim.algorithms.base import Algorithm, ClientState, ServerState
+from mecsim.training import predict
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """Accuracies after one round; NaN where the algorithm has no such model."""
+
+    generic_acc: float
+    personal_acc: float
+    personal_acc_std: float
+    client_acc: tuple[float, ...]
+
+
+class Evaluator:
+    """Evaluates an algorithm's models on the global and the clients' local test data."""
+
+    def __init__(
+        self,
+        model: nn.Module,
+        x_test: Tensor,
+        y_test: Tensor,
+        local_test: Sequence[Tensor],
+        weights: Sequence[int],
+    ) -> None:
+        self.model = model
+        self.x_test, self.y_test = x_test, y_test
+        self.local_test = list(local_test)
+        self.weights = np.asarray(weights, dtype=float)
+
+    def evaluate(
+        self, algorithm: Algorithm, server_state: ServerState, client_states: Sequence[ClientState]
+    ) -> Evaluation:
+        generic = algorithm.generic_model(server_state)
+        generic_acc = math.nan
+        if generic is not None:
+            generic_acc = self._accuracy(predict(self.model, generic, self.x_test), self.y_test)
+        shared_predictions = None
+        accuracies = []
+        for state, indices in zip(client_states, self.local_test):
+            personal = algorithm.personal_model(state, server_state)
+            if personal is None:
+                accuracies.append(math.nan)
+                continue
+            if personal is generic:  # one shared model: predict the test pool once
+                if shared_predictions is None:
+                    shared_predictions = predict(self.model, generic, self.x_test)
+                predictions = shared_predictions[indices]
+            else:
+                predictions = predict(self.model, personal, self.x_test[indices])
+            accuracies.append(self._accuracy(predictions, self.y_test[indices]))
+        acc = np.asarray(accuracies)
+        if np.isnan(acc).all():
+            return Evaluation(generic_acc, math.nan, math.nan, tuple(accuracies))
+        personal_acc = float(np.average(acc, weights=self.weights))
+        return Evaluation(generic_acc, personal_acc, float(acc.std()), tuple(accuracies))
+
+    @staticmethod
+    def _accuracy(predictions: Tensor, labels: Tensor) -> float:
+        if len(labels) == 0:
+            return math.nan
+        return float((predictions == labels).float().mean())

@@ -1,0 +1,219 @@
+"""Scenario -> built world -> simulation -> tables -> run directory.
+
+This is the Python API behind ``mecsim run``; :func:`run` returns the run's
+tables as pandas DataFrames.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import torch
+from tqdm import tqdm
+
+from mecsim.algorithms import ALGORITHMS
+from mecsim.analysis import render_report, summarize
+from mecsim.cost import FlopMeter
+from mecsim.data import build_client_data, load_dataset
+from mecsim.devices import DEVICES
+from mecsim.distributions import sample_attribute
+from mecsim.errors import ConfigError
+from mecsim.evaluation import Evaluator
+from mecsim.executors import TrainingContext, make_executor
+from mecsim.models import build_model
+from mecsim.network import ClientProfile, Network
+from mecsim.output import atomic_directory, check_target, default_run_dir, write_file
+from mecsim.protocols import PROTOCOLS
+from mecsim.rng import derive_seed, numpy_rng
+from mecsim.scenario import Scenario, load_scenario, resolved_toml
+from mecsim.simulation import Simulation
+from mecsim.state import ModelState
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class RunResult:
+    """A finished run: its tables, summary, and where they were written (if anywhere)."""
+
+    scenario: Scenario
+    events: pd.DataFrame
+    rounds: pd.DataFrame
+    clients: pd.DataFrame
+    summary: dict[str, Any]
+    run_dir: Path | None = None
+    extras: dict[str, Any] = field(default_factory=dict)
+
+
+def resolve_device(device: str | None) -> torch.device:
+    """The torch device to train on; ``cuda`` must be available if asked for."""
+    name = device or "cpu"
+    if name not in ("cpu", "cuda"):
+        raise ConfigError("--device", f"unknown device {name!r}; allowed: cpu, cuda")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("--device", "cuda was requested but no CUDA device is available; use --device cpu")
+    return torch.device(name)
+
+
+def build_clients(scenario: Scenario) -> list[ClientProfile]:
+    """Sample each client's radio and device from the scenario's attribute streams."""
+    cfg, n, seed = scenario.clients, scenario.clients.count, scenario.seed
+    distance = sample_attribute(cfg.distance_m, numpy_rng(seed, "clients", "distance_m"), n)
+    bandwidth = sample_attribute(cfg.bandwidth_mhz, numpy_rng(seed, "clients", "bandwidth_mhz"), n)
+    power = sample_attribute(cfg.tx_power_dbm, numpy_rng(seed, "clients", "tx_power_dbm"), n)
+    device = sample_attribute(cfg.device, numpy_rng(seed, "clients", "device"), n)
+    for key, values in (("distance_m", distance), ("bandwidth_mhz", bandwidth)):
+        bad = [i for i, v in enumerate(values) if float(v) <= 0]
+        if bad:
+            raise ConfigError(f"clients.{key}", f"sampled a value <= 0 for client {bad[0]}; use a positive distribution")
+    return [
+        ClientProfile(
+            id=i,
+            distance_m=float(distance[i]),
+            bandwidth_hz=float(bandwidth[i]) * 1e6,
+            tx_power_dbm=float(power[i]),
+            device=DEVICES.get(str(device[i])),
+        )
+        for i in range(n)
+    ]
+
+
+def run(
+    scenario: str | Path | dict[str, Any] | Scenario,
+    overrides: list[str] | dict[str, Any] | None = None,
+    *,
+    out: str | Path | None = None,
+    device: str | None = None,
+    executor: str = "serial",
+    write: bool = True,
+    progress: bool | None = None,
+) -> RunResult:
+    """Run a scenario end to end.
+
+    Args:
+        scenario: a TOML path, a mapping, or a :class:`Scenario`.
+        overrides: dotted ``key=value`` strings (or a mapping) applied before validation.
+        out: run directory; default ``<output.dir>/<name>-seed<seed>`` (suffixed if taken).
+        device: ``cpu`` (default) or ``cuda`` for the real training.
+        executor: client-job backend (``serial``).
+        write: write the run directory (False: only return the tables).
+        progress: show a progress bar (default: ``output.progress``).
+
+    Returns:
+        The run's events, rounds and clients tables, summary, and run directory.
+    """
+    sc = load_scenario(scenario, overrides)
+    run_dir = None
+    if write:
+        run_dir = Path(out) if out is not None else default_run_dir(sc.output.dir, sc.name, sc.seed)
+        check_target(run_dir, sc.output.overwrite)
+    torch_device = resolve_device(device)
+
+    dataset = load_dataset(
+        sc.data.dataset,
+        root=sc.data.root,
+        download=sc.data.download,
+        num_clients=sc.clients.count,
+        seed=sc.seed,
+        test_fraction=sc.data.test_fraction,
+        options={"alpha": sc.data.synthetic_alpha, "beta": sc.data.synthetic_beta},
+    )
+    client_data = build_client_data(
+        dataset,
+        partition=sc.data.partition,
+        num_clients=sc.clients.count,
+        seed=sc.seed,
+        alpha=sc.data.alpha,
+        classes_per_client=sc.data.classes_per_client,
+        quantity_skew=sc.data.quantity_skew,
+        lognormal_sigma=sc.data.lognormal_sigma,
+        min_samples=sc.data.min_samples,
+        val_fraction=sc.data.val_fraction,
+        local_test_fraction=sc.data.local_test_fraction,
+    )
+    dataset = dataset.to(torch_device)
+    train_indices = [d.train.to(torch_device) for d in client_data]
+    test_indices = [d.test.to(torch_device) for d in client_data]
+
+    model = build_model(
+        sc.model.name,
+        input_shape=dataset.input_shape,
+        num_classes=dataset.num_classes,
+        seed=derive_seed(sc.seed, "init"),
+    ).to(torch_device)
+    initial = ModelState.of(model)
+    algorithm = ALGORITHMS.get(sc.algorithm.name)(sc.algorithm, initial)
+    meter = FlopMeter(model, dataset.input_shape)
+    ctx = TrainingContext(algorithm, model, meter, dataset.x_train, dataset.y_train, sc.seed)
+    clients = build_clients(sc)
+    num_train = [len(i) for i in train_indices]
+    sim = Simulation(
+        algorithm=algorithm,
+        executor=make_executor(executor, ctx),
+        network=Network(sc.network, clients, sc.seed),
+        clients=clients,
+        train_indices=train_indices,
+        server_device=DEVICES.get(sc.server.device),
+        evaluator=Evaluator(model, dataset.x_test, dataset.y_test, test_indices, num_train),
+        protocol=sc.protocol,
+        seed=sc.seed,
+    )
+    show = sc.output.progress if progress is None else progress
+    with tqdm(total=sc.protocol.rounds, desc=sc.name, unit="round", disable=not show) as bar:
+
+        def on_round(row: dict[str, Any]) -> None:
+            acc = row["generic_acc"] if row["generic_acc"] == row["generic_acc"] else row["personal_acc"]
+            bar.set_postfix(round=row["round"] + 1, sim_s=f"{row['t_end']:.1f}", acc=f"{acc:.3f}")
+            bar.update()
+
+        sim.on_round = on_round
+        sim.run(PROTOCOLS.get(sc.protocol.kind))
+
+    events = sim.recorder.events()
+    rounds = sim.recorder.rounds()
+    final = sim.last_evaluation
+    clients_table = pd.DataFrame(
+        {
+            "client": [c.id for c in clients],
+            "distance_m": [c.distance_m for c in clients],
+            "bandwidth_mhz": [c.bandwidth_hz / 1e6 for c in clients],
+            "tx_power_dbm": [c.tx_power_dbm for c in clients],
+            "device": [c.device.name for c in clients],
+            "device_flops_per_s": [c.device.flops_per_s for c in clients],
+            "num_train": num_train,
+            "num_val": [len(d.val) for d in client_data],
+            "num_test": [len(d.test) for d in client_data],
+            "model": sc.model.name,
+            "final_personal_acc": list(final.client_acc) if final else float("nan"),
+        }
+    )
+    summary = {"name": sc.name, "seed": sc.seed, "algorithm": sc.algorithm.name, **summarize(events, rounds)}
+    result = RunResult(sc, events, rounds, clients_table, summary, run_dir)
+    if write:
+        assert run_dir is not None
+        write_run_directory(result, run_dir)
+        log.info("wrote %s", run_dir)
+    return result
+
+
+def write_run_directory(result: RunResult, run_dir: Path) -> None:
+    """Write every output file of a run into ``run_dir`` atomically."""
+    from mecsim.analysis.plots import plot_accuracy
+
+    with atomic_directory(run_dir, overwrite=result.scenario.output.overwrite) as tmp:
+        write_file(tmp / "scenario.resolved.toml", lambda p: p.write_text(resolved_toml(result.scenario)))
+        for name in ("events", "rounds", "clients"):
+            table: pd.DataFrame = getattr(result, name)
+            write_file(tmp / f"{name}.parquet", lambda p, t=table: t.to_parquet(p, index=False))
+            write_file(tmp / f"{name}.csv", lambda p, t=table: t.to_csv(p, index=False))
+        write_file(tmp / "summary.json", lambda p: p.write_text(json.dumps(result.summary, indent=2) + "\n"))
+        write_file(tmp / "report.md", lambda p: p.write_text(render_report(result.scenario.name, result.summary)))
+        write_file(
+            tmp / "accuracy.png",
+            lambda p: plot_accuracy(result.rounds, p, f"{result.scenario.name} ({result.scenario.algorithm.name})"),
+        )

@@ -1,0 +1,364 @@
+"""Scenario files: TOML, validated with pydantic, every default resolved.
+
+A scenario has the sections ``data``, ``model``, ``algorithm``, ``protocol``,
+``network`` (with ``uplink`` and ``downlink``), ``clients``, ``server``,
+``output`` and a top-level ``seed``. Unknown keys are errors. Units are part
+of key names (``bandwidth_mhz``, ``tx_power_dbm``, ``distance_m``).
+
+Errors are collected, not raised one by one: :func:`validate_scenario`
+returns every problem with its dotted path.
+"""
+
+from __future__ import annotations
+
+import copy
+import platform
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, ValidationError, model_validator
+
+from mecsim.distributions import Choice, NameAttr, NumberAttr, Uniform, attribute_values
+from mecsim.errors import ConfigError, MecsimError
+
+
+class Section(BaseModel):
+    """Base of every scenario section: unknown keys are errors."""
+
+    model_config = ConfigDict(extra="forbid", validate_default=True)
+
+
+class DataConfig(Section):
+    """Dataset, partition across clients, and per-client splits."""
+
+    dataset: str = "digits"
+    root: str | None = Field(default=None, description="directory holding torchvision datasets")
+    download: bool = Field(default=False, description="allow torchvision to download into root")
+    partition: str = "dirichlet"
+    alpha: float = Field(default=0.5, gt=0, description="Dirichlet concentration")
+    classes_per_client: int = Field(default=2, ge=1)
+    quantity_skew: Literal["none", "lognormal"] = "none"
+    lognormal_sigma: float = Field(default=2.0, ge=0)
+    min_samples: int = Field(default=2, ge=1)
+    test_fraction: float = Field(default=0.2, gt=0, lt=1)
+    val_fraction: float = Field(default=0.0, ge=0, lt=1)
+    local_test_fraction: float = Field(default=0.25, gt=0)
+    synthetic_alpha: float = Field(default=1.0, ge=0)
+    synthetic_beta: float = Field(default=1.0, ge=0)
+
+
+class ModelConfig(Section):
+    name: str = "cnn-small"
+
+
+class ProtocolConfig(Section):
+    """When client work happens: rounds, participation, selection, evaluation cadence."""
+
+    kind: Literal["compute_and_wait"] = "compute_and_wait"
+    rounds: int = Field(default=20, ge=1)
+    participation: float = Field(
+        default=1.0, gt=0, le=1, description="fraction of clients selected per round, in (0, 1]"
+    )
+    clients_per_round: int | None = Field(
+        default=None, ge=1, description="a count; overrides participation"
+    )
+    selection: Literal["uniform", "data_size"] = "uniform"
+    eval_every: int = Field(default=1, ge=1)
+
+
+class LinkConfig(Section):
+    """Interference at the receiver, with an explicit unit (default: none)."""
+
+    interference_dbm: NumberAttr | None = None
+    interference_w: NumberAttr | None = None
+
+    @model_validator(mode="after")
+    def _one_unit(self) -> LinkConfig:
+        if self.interference_dbm is not None and self.interference_w is not None:
+            raise ValueError("set interference_dbm or interference_w, not both")
+        return self
+
+
+class DownlinkConfig(LinkConfig):
+    mode: Literal["broadcast", "unicast"] = "broadcast"
+    bandwidth_mhz: float = Field(default=50.0, gt=0)
+    tx_power_dbm: float = 30.0
+
+
+class NetworkConfig(Section):
+    """Path loss, fading, noise and rate model (defaults: KAPC Table 4).
+
+    ``preset = "table5"`` fixes the spectral efficiency at 1 bit/s/Hz, the only
+    reading that reproduces KAPC Table 5's times (see DESIGN.md).
+    """
+
+    preset: Literal["physical", "table5"] = "physical"
+    pathloss_db: float = -40.0
+    reference_m: float = Field(default=1.0, gt=0)
+    exponent: float = Field(default=4.0, gt=0)
+    noise_psd_dbm_hz: float = -174.0
+    fading: str = "none"
+    rician_k: float = Field(default=3.0, ge=0)
+    shadowing_sigma_db: float = Field(default=8.0, ge=0)
+    spectral_efficiency: float | None = Field(default=None, gt=0, description="bit/s/Hz")
+    uplink: LinkConfig = LinkConfig()
+    downlink: DownlinkConfig = DownlinkConfig()
+
+    @model_validator(mode="after")
+    def _preset(self) -> NetworkConfig:
+        if self.preset == "table5" and self.spectral_efficiency is None:
+            self.spectral_efficiency = 1.0
+        return self
+
+
+class ClientsConfig(Section):
+    """Client population; each attribute is a constant or a distribution."""
+
+    count: int = Field(default=20, ge=1)
+    bandwidth_mhz: NumberAttr = Uniform(low=10, high=30)
+    tx_power_dbm: NumberAttr = Uniform(low=23, high=30)
+    distance_m: NumberAttr = Uniform(low=100, high=500)
+    device: NameAttr = "phone-mid"
+
+
+class ServerConfig(Section):
+    device: str = "edge-server"
+
+
+class OutputConfig(Section):
+    dir: str = "runs"
+    name: str | None = None
+    overwrite: bool = False
+    progress: bool = True
+
+
+class AlgorithmSettings(Section):
+    """Settings every algorithm shares: its name and the local-training schedule.
+
+    Algorithms subclass this to add their own keys (FedProx's ``mu``).
+    """
+
+    name: str = "fedavg"
+    epochs: int = Field(default=1, ge=1, description="local epochs per task")
+    steps: int | None = Field(default=None, ge=1, description="local SGD steps; overrides epochs")
+    batch_size: int = Field(default=16, ge=1)
+    lr: float = Field(default=0.05, gt=0)
+    momentum: float = Field(default=0.0, ge=0, lt=1)
+    weight_decay: float = Field(default=0.0, ge=0)
+
+
+class Scenario(Section):
+    """A whole scenario; build one with :func:`load_scenario` or :func:`validate_scenario`."""
+
+    name: str = "scenario"
+    seed: int = 0
+    data: DataConfig = DataConfig()
+    model: ModelConfig = ModelConfig()
+    algorithm: SerializeAsAny[AlgorithmSettings] = AlgorithmSettings()
+    protocol: ProtocolConfig = ProtocolConfig()
+    network: NetworkConfig = NetworkConfig()
+    clients: ClientsConfig = ClientsConfig()
+    server: ServerConfig = ServerConfig()
+    output: OutputConfig = OutputConfig()
+    versions: dict[str, str] | None = Field(
+        default=None, description="informational: versions that wrote a resolved scenario"
+    )
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One validation problem: dotted path of the key and what is wrong."""
+
+    path: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.message}"
+
+
+class ScenarioError(MecsimError):
+    """A scenario has one or more problems."""
+
+    def __init__(self, problems: list[Problem]) -> None:
+        self.problems = problems
+        lines = "\n".join(f"  {p}" for p in problems)
+        super().__init__(f"invalid scenario ({len(problems)} problem(s)):\n{lines}")
+
+
+def _problems_from(error: ValidationError, prefix: str = "") -> list[Problem]:
+    problems = []
+    for item in error.errors():
+        # Drop pydantic's union-branch tags (e.g. 'float', 'uniform') from the path.
+        loc = [str(p) for p in item["loc"] if not _is_union_tag(p)]
+        path = ".".join(([prefix] if prefix else []) + loc) or "(top level)"
+        message = item["msg"]
+        if item["type"] == "extra_forbidden":
+            message = "unknown key; remove it or check its spelling"
+        elif item["type"] == "literal_error":
+            message = f"{message} (got {item['input']!r})"
+        problems.append(Problem(path, message))
+    return problems
+
+
+def _is_union_tag(part: Any) -> bool:
+    return isinstance(part, str) and (
+        part in {"float", "str", "int", "none"} or part.startswith("function-")
+    ) or part in {"uniform", "normal", "lognormal", "choice"}
+
+
+def _check_names(scenario: Scenario) -> list[Problem]:
+    """Registry names and value ranges that pydantic's field types cannot express."""
+    from mecsim.algorithms import ALGORITHMS
+    from mecsim.channels import FADING
+    from mecsim.data import DATASETS, PARTITIONS
+    from mecsim.devices import DEVICES
+    from mecsim.models import MODELS
+
+    checks = [
+        ("data.dataset", scenario.data.dataset, DATASETS),
+        ("data.partition", scenario.data.partition, PARTITIONS),
+        ("model.name", scenario.model.name, MODELS),
+        ("algorithm.name", scenario.algorithm.name, ALGORITHMS),
+        ("network.fading", scenario.network.fading, FADING),
+        ("server.device", scenario.server.device, DEVICES),
+    ]
+    problems = []
+    for path, name, registry in checks:
+        if name not in registry:
+            allowed = ", ".join(registry.names())
+            problems.append(Problem(path, f"unknown {registry.kind} {name!r}; allowed: {allowed}"))
+    for device in attribute_values(scenario.clients.device) or []:
+        if device not in DEVICES:
+            allowed = ", ".join(DEVICES.names())
+            problems.append(Problem("clients.device", f"unknown device {device!r}; allowed: {allowed}"))
+    problems += _check_positive(scenario)
+    protocol = scenario.protocol
+    if protocol.clients_per_round is not None and protocol.clients_per_round > scenario.clients.count:
+        problems.append(
+            Problem(
+                "protocol.clients_per_round",
+                f"{protocol.clients_per_round} exceeds clients.count ({scenario.clients.count})",
+            )
+        )
+    return problems
+
+
+def _check_positive(scenario: Scenario) -> list[Problem]:
+    """Bandwidth and distance must be > 0 over the whole support of their distribution."""
+    problems = []
+    for key in ("bandwidth_mhz", "distance_m"):
+        value = getattr(scenario.clients, key)
+        path = f"clients.{key}"
+        if isinstance(value, (int, float)) and value <= 0:
+            problems.append(Problem(path, f"must be > 0 (got {value})"))
+        elif isinstance(value, Uniform) and value.low <= 0:
+            problems.append(Problem(f"{path}.low", f"must be > 0 (got {value.low})"))
+        elif isinstance(value, Choice) and any(float(v) <= 0 for v in value.values):
+            problems.append(Problem(f"{path}.values", "every value must be > 0"))
+        elif getattr(value, "dist", None) == "normal":
+            problems.append(
+                Problem(path, "a normal distribution can be <= 0; use uniform or lognormal")
+            )
+    return problems
+
+
+def validate_scenario(data: dict[str, Any]) -> tuple[Scenario | None, list[Problem]]:
+    """Validate a scenario mapping; return (scenario or None, every problem found)."""
+    from mecsim.algorithms import ALGORITHMS
+
+    data = copy.deepcopy(data)
+    algorithm_data = data.pop("algorithm", {})
+    if not isinstance(algorithm_data, dict):
+        return None, [Problem("algorithm", "must be a table")]
+    try:
+        scenario = Scenario.model_validate(data)
+    except ValidationError as error:
+        return None, _problems_from(error)
+    name = algorithm_data.get("name", AlgorithmSettings().name)
+    if name not in ALGORITHMS:
+        allowed = ", ".join(ALGORITHMS.names())
+        return None, [Problem("algorithm.name", f"unknown algorithm {name!r}; allowed: {allowed}")]
+    settings_class = ALGORITHMS.get(name).Settings
+    try:
+        scenario.algorithm = settings_class.model_validate({**algorithm_data, "name": name})
+    except ValidationError as error:
+        return None, _problems_from(error, "algorithm")
+    problems = _check_names(scenario)
+    return (None if problems else scenario), problems
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """Parse ``key.path=value``; the value is read as TOML, else taken as a string."""
+    if "=" not in text:
+        raise ConfigError("--set", f"expected key=value, got {text!r}")
+    key, raw = (part.strip() for part in text.split("=", 1))
+    try:
+        value = tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw
+    return key, value
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str] | dict[str, Any]) -> dict[str, Any]:
+    """Return a copy of ``data`` with dotted-key overrides applied."""
+    data = copy.deepcopy(data)
+    items = overrides.items() if isinstance(overrides, dict) else map(parse_override, overrides)
+    for key, value in items:
+        parts = key.split(".")
+        node = data
+        for i, part in enumerate(parts[:-1]):
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise ConfigError(".".join(parts[: i + 1]), "is a value, not a table; cannot set a key inside it")
+            node = child
+        node[parts[-1]] = value
+    return data
+
+
+def read_scenario_file(path: str | Path) -> dict[str, Any]:
+    """Read a TOML scenario file into a mapping (its ``name`` defaults to the file stem)."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError("SCENARIO", f"file not found: {path}")
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as error:
+        raise ConfigError("SCENARIO", f"{path} is not valid TOML: {error}") from None
+    data.setdefault("name", path.stem)
+    return data
+
+
+def load_scenario(
+    source: str | Path | dict[str, Any] | Scenario, overrides: list[str] | dict[str, Any] | None = None
+) -> Scenario:
+    """Load and validate a scenario from a file, a mapping or a Scenario; raise ScenarioError."""
+    if isinstance(source, Scenario):
+        data = source.model_dump(mode="json", exclude_none=True)
+    elif isinstance(source, dict):
+        data = source
+    else:
+        data = read_scenario_file(source)
+    data = apply_overrides(data, overrides or [])
+    scenario, problems = validate_scenario(data)
+    if problems:
+        raise ScenarioError(problems)
+    assert scenario is not None
+    return scenario
+
+
+def resolved_toml(scenario: Scenario) -> str:
+    """The scenario with every default filled in, plus the versions that ran it."""
+    import tomli_w
+    import torch
+
+    import mecsim
+
+    data = scenario.model_dump(mode="json", exclude_none=True)
+    data["versions"] = {
+        "mecsim": mecsim.__version__,
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+    }
+    return tomli_w.dumps(data)

@@ -1,0 +1,68 @@
+"""Model state and payloads as named tensors.
+
+A model's state is two flat dicts (``params``, ``buffers``) keyed like
+``model.named_parameters()``; this is what ``torch.func.functional_call``
+takes, and what batched executors stack across clients. A payload is a flat
+dict of named tensors; its size in bytes is derived from dtype and numel,
+never typed in by hand.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+TensorDict = dict[str, Tensor]
+Payload = dict[str, Tensor]
+
+
+@dataclass
+class ModelState:
+    """Parameters and buffers of one model."""
+
+    params: TensorDict
+    buffers: TensorDict
+
+    @classmethod
+    def of(cls, model: nn.Module) -> ModelState:
+        """A detached copy of ``model``'s parameters and buffers."""
+        return cls(
+            {k: v.detach().clone() for k, v in model.named_parameters()},
+            {k: v.detach().clone() for k, v in model.named_buffers()},
+        )
+
+    @classmethod
+    def from_payload(cls, payload: Payload, template: ModelState) -> ModelState:
+        """Rebuild a state from a payload holding (at least) ``template``'s keys."""
+        return cls(
+            {k: payload[k].clone() for k in template.params},
+            {k: payload[k].clone() for k in template.buffers},
+        )
+
+    def clone(self) -> ModelState:
+        return ModelState(
+            {k: v.clone() for k, v in self.params.items()},
+            {k: v.clone() for k, v in self.buffers.items()},
+        )
+
+    def to_payload(self) -> Payload:
+        """All parameters and buffers as one flat payload (shared storage, no copy)."""
+        return {**self.params, **self.buffers}
+
+    def num_params(self) -> int:
+        return sum(p.numel() for p in self.params.values())
+
+    def to(self, device: torch.device | str) -> ModelState:
+        return ModelState(
+            {k: v.to(device) for k, v in self.params.items()},
+            {k: v.to(device) for k, v in self.buffers.items()},
+        )
+
+
+def payload_nbytes(payload: Payload | None) -> int:
+    """Bytes on the wire: sum of ``numel * element_size`` over the payload's tensors."""
+    if not payload:
+        return 0
+    return sum(t.numel() * t.element_size() for t in payload.values())
