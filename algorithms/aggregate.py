@@ -29,5 +29,7 @@ def weighted_average(payloads: Sequence[Payload], weights: Sequence[float]) -> P
         stacked = torch.stack([p[key].to(torch.float64) for p in payloads])
         coef = torch.tensor(coefficients, dtype=torch.float64, device=first.device)
         mean = torch.tensordot(coef, stacked, dims=1)
-        averaged[key] = mean.floor().to(first.dtype) if not first.is_floating_point() else mean.to(first.dtype)
+        averaged[key] = (
+            mean.floor().to(first.dtype) if not first.is_floating_point() else mean.to(first.dtype)
+        )
     return averaged

@@ -140,7 +140,9 @@ class Algorithm:
         """Model evaluated on the global test set. Default: none."""
         return None
 
-    def personal_model(self, client_state: ClientState, server_state: ServerState) -> ModelState | None:
+    def personal_model(
+        self, client_state: ClientState, server_state: ServerState
+    ) -> ModelState | None:
         """Model evaluated on the client's local test split. Default: none."""
         return None
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from mecsim.algorithms.aggregate import weighted_average
 from mecsim.algorithms.base import Algorithm, ClientState, ServerState, Task, Upload
+
 from mecsim.state import ModelState, Payload
 
 

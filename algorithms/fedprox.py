@@ -6,10 +6,10 @@ model the round started from. Everything else is FedAvg.
 
 from __future__ import annotations
 
-from pydantic import Field
-
 from mecsim.algorithms.base import ClientState, Task, l2_distance_squared
 from mecsim.algorithms.fedavg import FedAvg
+from pydantic import Field
+
 from mecsim.scenario import AlgorithmSettings
 from mecsim.state import ModelState, Payload, TensorDict
 from mecsim.training import LossTerm

@@ -7,6 +7,7 @@ The no-collaboration baseline of the PFL papers. Only personalized accuracy
 from __future__ import annotations
 
 from mecsim.algorithms.base import Algorithm, ClientState, ServerState, Task
+
 from mecsim.state import ModelState
 
 

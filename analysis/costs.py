@@ -29,7 +29,9 @@ def time_split(events: pd.DataFrame) -> dict[str, float]:
     """Mean seconds per round of each phase (per-client mean for client phases)."""
     if events.empty:
         return dict.fromkeys(PHASES, 0.0)
-    frame = events.assign(kind=events["phase"].map(_phase_kind), seconds=events["t_end"] - events["t_start"])
+    frame = events.assign(
+        kind=events["phase"].map(_phase_kind), seconds=events["t_end"] - events["t_start"]
+    )
     frame = frame[frame["kind"].notna()]
     rounds = events["round"].nunique()
     # total per (round, client, kind), then mean over the clients of a round, then over rounds
@@ -67,7 +69,9 @@ def summarize(events: pd.DataFrame, rounds: pd.DataFrame) -> dict[str, Any]:
         "best_generic_acc": best("generic_acc"),
         "best_personal_acc": best("personal_acc"),
         "time_split_s": split,
-        "time_split_pct": {k: (100 * v / split_total if split_total else 0.0) for k, v in split.items()},
+        "time_split_pct": {
+            k: (100 * v / split_total if split_total else 0.0) for k, v in split.items()
+        },
         "bytes_up_per_round": float(rounds["bytes_up"].mean()) if num_rounds else 0.0,
         "bytes_down_per_round": float(rounds["bytes_down"].mean()) if num_rounds else 0.0,
         "bytes_up_total": int(rounds["bytes_up"].sum()),
@@ -75,8 +79,12 @@ def summarize(events: pd.DataFrame, rounds: pd.DataFrame) -> dict[str, Any]:
         "client_flops_per_round": float(client_rows["flops"].sum() / max(num_rounds, 1)),
         "server_flops_per_round": float(server_rows["flops"].sum() / max(num_rounds, 1)),
         "energy_j": {
-            "client_compute": float(client_rows.loc[client_rows["phase"].str.startswith("compute"), "energy_j"].sum()),
-            "client_transmit": float(client_rows.loc[client_rows["phase"] == "upload", "energy_j"].sum()),
+            "client_compute": float(
+                client_rows.loc[client_rows["phase"].str.startswith("compute"), "energy_j"].sum()
+            ),
+            "client_transmit": float(
+                client_rows.loc[client_rows["phase"] == "upload", "energy_j"].sum()
+            ),
             "server": float(server_rows["energy_j"].sum()),
             "total": float(events["energy_j"].sum()),
         },

@@ -14,7 +14,10 @@ import pandas as pd  # noqa: E402
 def plot_accuracy(rounds: pd.DataFrame, path: Path, title: str) -> None:
     """Accuracy (generic and personalized) against simulated time, saved as PNG."""
     fig, ax = plt.subplots(figsize=(6, 4))
-    for column, label in (("generic_acc", "generic (global test)"), ("personal_acc", "personalized (local tests)")):
+    for column, label in (
+        ("generic_acc", "generic (global test)"),
+        ("personal_acc", "personalized (local tests)"),
+    ):
         data = rounds[["t_end", column]].dropna()
         if not data.empty:
             ax.plot(data["t_end"], data[column], marker=".", label=label)

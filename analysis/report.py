@@ -43,7 +43,12 @@ def render_report(name: str, summary: dict[str, Any]) -> str:
         "| phase | seconds | percent |",
         "| --- | ---: | ---: |",
     ]
-    labels = {"upload": "upload", "download": "download", "compute": "client compute", "server": "server"}
+    labels = {
+        "upload": "upload",
+        "download": "download",
+        "compute": "client compute",
+        "server": "server",
+    }
     for key, label in labels.items():
         lines.append(f"| {label} | {split[key]:.4f} | {pct[key]:.2f} |")
     lines += [

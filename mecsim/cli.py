@@ -36,15 +36,23 @@ def _parser() -> argparse.ArgumentParser:
 
     run = commands.add_parser("run", help="run a scenario and write a run directory")
     run.add_argument("scenario", help="scenario TOML file")
-    run.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                     help="override a scenario key, e.g. --set protocol.rounds=5 (repeatable)")
+    run.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a scenario key, e.g. --set protocol.rounds=5 (repeatable)",
+    )
     run.add_argument("--out", help="run directory (default: <output.dir>/<name>-seed<seed>)")
     run.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="where models train")
     run.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
     validate = commands.add_parser("validate", help="check a scenario and report every problem")
     validate.add_argument("scenario")
-    validate.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    validate.add_argument(
+        "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE"
+    )
 
     listing = commands.add_parser("list", help="list registered names")
     listing.add_argument("kind", choices=LISTABLE)
@@ -84,8 +92,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         s = result.summary
         log.info(
             "done: %d rounds, simulated %.2f s, wall %.2f s, generic acc %.4f, personalized acc %.4f -> %s",
-            s["rounds"], s["sim_time_s"], s["wall_time_s"], s["final_generic_acc"],
-            s["final_personal_acc"], result.run_dir,
+            s["rounds"],
+            s["sim_time_s"],
+            s["wall_time_s"],
+            s["final_generic_acc"],
+            s["final_personal_acc"],
+            result.run_dir,
         )
         return 0
     except MecsimError as error:

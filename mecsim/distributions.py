@@ -10,10 +10,10 @@ devices) or an inline table with a ``dist`` key::
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Union
+from typing import Annotated, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
 
 
 class _Dist(BaseModel):
@@ -85,14 +85,26 @@ class Choice(_Dist):
         return np.array([self.values[i] for i in picks], dtype=object)
 
 
-Distribution = Annotated[Union[Uniform, Normal, LogNormal, Choice], Field(discriminator="dist")]
-NumberAttr = Union[float, Distribution]
-NameAttr = Union[str, Choice]
+Distribution = Annotated[Uniform | Normal | LogNormal | Choice, Field(discriminator="dist")]
 
 
-def sample_attribute(
-    value: float | str | _Dist, rng: np.random.Generator, size: int
-) -> np.ndarray:
+def _attribute_kind(value: object) -> str:
+    return "distribution" if isinstance(value, (dict, _Dist)) else "constant"
+
+
+# A tagged union: a table is validated only as a distribution and anything else
+# only as a constant, so errors name the one branch the user meant.
+NumberAttr = Annotated[
+    Annotated[float, Tag("constant")] | Annotated[Distribution, Tag("distribution")],
+    Discriminator(_attribute_kind),
+]
+NameAttr = Annotated[
+    Annotated[str, Tag("constant")] | Annotated[Choice, Tag("distribution")],
+    Discriminator(_attribute_kind),
+]
+
+
+def sample_attribute(value: float | str | _Dist, rng: np.random.Generator, size: int) -> np.ndarray:
     """``size`` draws of a per-client attribute (a constant is repeated)."""
     if isinstance(value, _Dist):
         return value.sample(rng, size)

@@ -26,9 +26,7 @@ class UnknownNameError(ConfigError):
 
     def __init__(self, field: str, kind: str, name: str, allowed: list[str]) -> None:
         self.allowed = allowed
-        super().__init__(
-            field, f"unknown {kind} {name!r}; allowed: {', '.join(sorted(allowed))}"
-        )
+        super().__init__(field, f"unknown {kind} {name!r}; allowed: {', '.join(sorted(allowed))}")
 
 
 class DatasetNotFoundError(MecsimError):

@@ -54,7 +54,7 @@ class Evaluator:
             generic_acc = self._accuracy(predict(self.model, generic, self.x_test), self.y_test)
         shared_predictions = None
         accuracies = []
-        for state, indices in zip(client_states, self.local_test):
+        for state, indices in zip(client_states, self.local_test, strict=False):
             personal = algorithm.personal_model(state, server_state)
             if personal is None:
                 accuracies.append(math.nan)

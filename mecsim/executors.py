@@ -112,4 +112,13 @@ def make_executor(name: str, ctx: TrainingContext) -> Executor:
     return EXECUTORS.get(name)(ctx)
 
 
-__all__ = ["ClientJob", "EXECUTORS", "Executor", "JobResult", "SerialExecutor", "TrainingContext", "run_job", "make_executor"]
+__all__ = [
+    "ClientJob",
+    "EXECUTORS",
+    "Executor",
+    "JobResult",
+    "SerialExecutor",
+    "TrainingContext",
+    "run_job",
+    "make_executor",
+]

@@ -103,7 +103,9 @@ class Network:
     def downlink(self, nbytes: dict[int, int], round_: int, broadcast: bool) -> dict[int, Transfer]:
         """Server sends ``nbytes[client]`` to each client (one shared payload if ``broadcast``)."""
         clients = sorted(nbytes)
-        interference = {c: self._interference_w(self.config.downlink, "down", c, round_) for c in clients}
+        interference = {
+            c: self._interference_w(self.config.downlink, "down", c, round_) for c in clients
+        }
         gains = {
             c: self.channel.fading.draw(numpy_rng(self.seed, "fading", "down", c, round_))
             for c in clients
@@ -131,5 +133,5 @@ class Network:
             )
         return {
             c: Transfer(c, nbytes[c], float(d), s.rate_bps, s.snr_db)
-            for c, d, s in zip(clients, np.asarray(durations), full)
+            for c, d, s in zip(clients, np.asarray(durations), full, strict=False)
         }

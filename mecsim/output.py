@@ -29,7 +29,8 @@ def check_target(run_dir: Path, overwrite: bool) -> None:
     """Fail early (before any work) if ``run_dir`` exists and may not be replaced."""
     if run_dir.exists() and not overwrite:
         raise ConfigError(
-            "output.dir", f"{run_dir} already exists; choose another --out or set output.overwrite = true"
+            "output.dir",
+            f"{run_dir} already exists; choose another --out or set output.overwrite = true",
         )
 
 

@@ -19,7 +19,9 @@ from mecsim.simulation import Process, Simulation
 PROTOCOLS: Registry[Callable[[Simulation], Process]] = Registry("protocol", "protocol.kind")
 
 
-def _client_round(sim: Simulation, round_: int, transfer: Transfer, result: JobResult, arrived: list[Upload]) -> Process:
+def _client_round(
+    sim: Simulation, round_: int, transfer: Transfer, result: JobResult, arrived: list[Upload]
+) -> Process:
     """Download, every task in order, then upload (compute-and-wait client)."""
     client = result.client
     yield from sim.download(round_, transfer)
@@ -30,7 +32,9 @@ def _client_round(sim: Simulation, round_: int, transfer: Transfer, result: JobR
         arrived.append(Upload(client, result.upload, sim.num_samples[client]))
 
 
-@PROTOCOLS.register("compute_and_wait", "synchronous rounds: download, compute all tasks, upload, wait")
+@PROTOCOLS.register(
+    "compute_and_wait", "synchronous rounds: download, compute all tasks, upload, wait"
+)
 def compute_and_wait(sim: Simulation) -> Process:
     """Server process of synchronous compute-and-wait rounds."""
     env = sim.env
@@ -42,7 +46,8 @@ def compute_and_wait(sim: Simulation) -> Process:
         results = sim.execute(round_, payloads)
         arrived: list[Upload] = []
         clients = [
-            env.process(_client_round(sim, round_, transfers[c], results[c], arrived)) for c in selected
+            env.process(_client_round(sim, round_, transfers[c], results[c], arrived))
+            for c in selected
         ]
         yield env.all_of(clients)
         for c in selected:

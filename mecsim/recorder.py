@@ -7,7 +7,16 @@ from typing import Any
 import pandas as pd
 
 EVENT_COLUMNS = [
-    "round", "client", "phase", "t_start", "t_end", "bytes", "flops", "energy_j", "rate_bps", "snr_db",
+    "round",
+    "client",
+    "phase",
+    "t_start",
+    "t_end",
+    "bytes",
+    "flops",
+    "energy_j",
+    "rate_bps",
+    "snr_db",
 ]
 """One row per timed activity; ``client`` is -1 for the server."""
 
@@ -46,7 +55,9 @@ class Recorder:
 
     def events(self) -> pd.DataFrame:
         frame = pd.DataFrame(self._events, columns=EVENT_COLUMNS)
-        return frame.astype({"round": "int64", "client": "int64", "bytes": "int64", "flops": "int64"})
+        return frame.astype(
+            {"round": "int64", "client": "int64", "bytes": "int64", "flops": "int64"}
+        )
 
     def rounds(self) -> pd.DataFrame:
         return pd.DataFrame(self._rounds)

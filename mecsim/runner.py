@@ -47,7 +47,8 @@ class RunResult:
     clients: pd.DataFrame
     summary: dict[str, Any]
     run_dir: Path | None = None
-    extras: dict[str, Any] = field(default_factory=dict)
+    server_state: dict[str, Any] = field(default_factory=dict)
+    client_states: list[dict[str, Any]] = field(default_factory=list)
 
 
 def resolve_device(device: str | None) -> torch.device:
@@ -56,7 +57,9 @@ def resolve_device(device: str | None) -> torch.device:
     if name not in ("cpu", "cuda"):
         raise ConfigError("--device", f"unknown device {name!r}; allowed: cpu, cuda")
     if name == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("--device", "cuda was requested but no CUDA device is available; use --device cpu")
+        raise ConfigError(
+            "--device", "cuda was requested but no CUDA device is available; use --device cpu"
+        )
     return torch.device(name)
 
 
@@ -70,7 +73,10 @@ def build_clients(scenario: Scenario) -> list[ClientProfile]:
     for key, values in (("distance_m", distance), ("bandwidth_mhz", bandwidth)):
         bad = [i for i, v in enumerate(values) if float(v) <= 0]
         if bad:
-            raise ConfigError(f"clients.{key}", f"sampled a value <= 0 for client {bad[0]}; use a positive distribution")
+            raise ConfigError(
+                f"clients.{key}",
+                f"sampled a value <= 0 for client {bad[0]}; use a positive distribution",
+            )
     return [
         ClientProfile(
             id=i,
@@ -167,7 +173,11 @@ def run(
     with tqdm(total=sc.protocol.rounds, desc=sc.name, unit="round", disable=not show) as bar:
 
         def on_round(row: dict[str, Any]) -> None:
-            acc = row["generic_acc"] if row["generic_acc"] == row["generic_acc"] else row["personal_acc"]
+            acc = (
+                row["generic_acc"]
+                if row["generic_acc"] == row["generic_acc"]
+                else row["personal_acc"]
+            )
             bar.set_postfix(round=row["round"] + 1, sim_s=f"{row['t_end']:.1f}", acc=f"{acc:.3f}")
             bar.update()
 
@@ -192,8 +202,15 @@ def run(
             "final_personal_acc": list(final.client_acc) if final else float("nan"),
         }
     )
-    summary = {"name": sc.name, "seed": sc.seed, "algorithm": sc.algorithm.name, **summarize(events, rounds)}
-    result = RunResult(sc, events, rounds, clients_table, summary, run_dir)
+    summary = {
+        "name": sc.name,
+        "seed": sc.seed,
+        "algorithm": sc.algorithm.name,
+        **summarize(events, rounds),
+    }
+    result = RunResult(
+        sc, events, rounds, clients_table, summary, run_dir, sim.server_state, sim.client_states
+    )
     if write:
         assert run_dir is not None
         write_run_directory(result, run_dir)
@@ -206,14 +223,24 @@ def write_run_directory(result: RunResult, run_dir: Path) -> None:
     from mecsim.analysis.plots import plot_accuracy
 
     with atomic_directory(run_dir, overwrite=result.scenario.output.overwrite) as tmp:
-        write_file(tmp / "scenario.resolved.toml", lambda p: p.write_text(resolved_toml(result.scenario)))
+        write_file(
+            tmp / "scenario.resolved.toml", lambda p: p.write_text(resolved_toml(result.scenario))
+        )
         for name in ("events", "rounds", "clients"):
             table: pd.DataFrame = getattr(result, name)
             write_file(tmp / f"{name}.parquet", lambda p, t=table: t.to_parquet(p, index=False))
             write_file(tmp / f"{name}.csv", lambda p, t=table: t.to_csv(p, index=False))
-        write_file(tmp / "summary.json", lambda p: p.write_text(json.dumps(result.summary, indent=2) + "\n"))
-        write_file(tmp / "report.md", lambda p: p.write_text(render_report(result.scenario.name, result.summary)))
+        write_file(
+            tmp / "summary.json",
+            lambda p: p.write_text(json.dumps(result.summary, indent=2) + "\n"),
+        )
+        write_file(
+            tmp / "report.md",
+            lambda p: p.write_text(render_report(result.scenario.name, result.summary)),
+        )
         write_file(
             tmp / "accuracy.png",
-            lambda p: plot_accuracy(result.rounds, p, f"{result.scenario.name} ({result.scenario.algorithm.name})"),
+            lambda p: plot_accuracy(
+                result.rounds, p, f"{result.scenario.name} ({result.scenario.algorithm.name})"
+            ),
         )

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import copy
 import platform
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+import tomllib
 from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, ValidationError, model_validator
 
 from mecsim.distributions import Choice, NameAttr, NumberAttr, Uniform, attribute_values
@@ -193,7 +193,7 @@ def _problems_from(error: ValidationError, prefix: str = "") -> list[Problem]:
         # Drop pydantic's union-branch tags (e.g. 'float', 'uniform') from the path.
         loc = [str(p) for p in item["loc"] if not _is_union_tag(p)]
         path = ".".join(([prefix] if prefix else []) + loc) or "(top level)"
-        message = item["msg"]
+        message = item["msg"].removeprefix("Value error, ")
         if item["type"] == "extra_forbidden":
             message = "unknown key; remove it or check its spelling"
         elif item["type"] == "literal_error":
@@ -202,10 +202,21 @@ def _problems_from(error: ValidationError, prefix: str = "") -> list[Problem]:
     return problems
 
 
+_UNION_TAGS = {
+    "constant",
+    "distribution",
+    "uniform",
+    "normal",
+    "lognormal",
+    "choice",
+    "float",
+    "str",
+}
+
+
 def _is_union_tag(part: Any) -> bool:
-    return isinstance(part, str) and (
-        part in {"float", "str", "int", "none"} or part.startswith("function-")
-    ) or part in {"uniform", "normal", "lognormal", "choice"}
+    """Pydantic adds union-branch names to error paths; they are not scenario keys."""
+    return isinstance(part, str) and (part in _UNION_TAGS or part.startswith("function-"))
 
 
 def _check_names(scenario: Scenario) -> list[Problem]:
@@ -232,10 +243,15 @@ def _check_names(scenario: Scenario) -> list[Problem]:
     for device in attribute_values(scenario.clients.device) or []:
         if device not in DEVICES:
             allowed = ", ".join(DEVICES.names())
-            problems.append(Problem("clients.device", f"unknown device {device!r}; allowed: {allowed}"))
+            problems.append(
+                Problem("clients.device", f"unknown device {device!r}; allowed: {allowed}")
+            )
     problems += _check_positive(scenario)
     protocol = scenario.protocol
-    if protocol.clients_per_round is not None and protocol.clients_per_round > scenario.clients.count:
+    if (
+        protocol.clients_per_round is not None
+        and protocol.clients_per_round > scenario.clients.count
+    ):
         problems.append(
             Problem(
                 "protocol.clients_per_round",
@@ -311,7 +327,9 @@ def apply_overrides(data: dict[str, Any], overrides: list[str] | dict[str, Any])
         for i, part in enumerate(parts[:-1]):
             child = node.setdefault(part, {})
             if not isinstance(child, dict):
-                raise ConfigError(".".join(parts[: i + 1]), "is a value, not a table; cannot set a key inside it")
+                raise ConfigError(
+                    ".".join(parts[: i + 1]), "is a value, not a table; cannot set a key inside it"
+                )
             node = child
         node[parts[-1]] = value
     return data
@@ -331,7 +349,8 @@ def read_scenario_file(path: str | Path) -> dict[str, Any]:
 
 
 def load_scenario(
-    source: str | Path | dict[str, Any] | Scenario, overrides: list[str] | dict[str, Any] | None = None
+    source: str | Path | dict[str, Any] | Scenario,
+    overrides: list[str] | dict[str, Any] | None = None,
 ) -> Scenario:
     """Load and validate a scenario from a file, a mapping or a Scenario; raise ScenarioError."""
     if isinstance(source, Scenario):

@@ -104,7 +104,9 @@ class Simulation:
         ]
         return {r.client: r for r in self.executor.run(jobs)}
 
-    def downlink_transfers(self, round_: int, payloads: dict[int, Payload | None]) -> dict[int, Transfer]:
+    def downlink_transfers(
+        self, round_: int, payloads: dict[int, Payload | None]
+    ) -> dict[int, Transfer]:
         """Timing of this round's downlink to each selected client."""
         nbytes = {c: payload_nbytes(p) for c, p in payloads.items()}
         transfers = self.network.downlink(nbytes, round_, self.algorithm.broadcast)
@@ -112,8 +114,13 @@ class Simulation:
             on_air = max(t.duration_s for t in transfers.values())
             sent = nbytes[next(iter(nbytes))] if self.algorithm.broadcast else sum(nbytes.values())
             self.recorder.event(
-                round_, SERVER, "downlink-send", self.env.now, self.env.now + on_air,
-                nbytes=sent, energy_j=self.network.server_tx_power_w * on_air,
+                round_,
+                SERVER,
+                "downlink-send",
+                self.env.now,
+                self.env.now + on_air,
+                nbytes=sent,
+                energy_j=self.network.server_tx_power_w * on_air,
             )
         return transfers
 
@@ -126,8 +133,14 @@ class Simulation:
         yield self.env.timeout(transfer.duration_s)
         self._totals.bytes_down += transfer.nbytes
         self.recorder.event(
-            round_, transfer.client, "download", start, self.env.now,
-            nbytes=transfer.nbytes, rate_bps=transfer.rate_bps, snr_db=transfer.snr_db,
+            round_,
+            transfer.client,
+            "download",
+            start,
+            self.env.now,
+            nbytes=transfer.nbytes,
+            rate_bps=transfer.rate_bps,
+            snr_db=transfer.snr_db,
         )
 
     def compute(self, round_: int, client: int, task: Task, flops: int) -> Process:
@@ -136,7 +149,13 @@ class Simulation:
         start = self.env.now
         yield self.env.timeout(seconds)
         self.recorder.event(
-            round_, client, f"compute:{task.name}", start, self.env.now, flops=flops, energy_j=energy
+            round_,
+            client,
+            f"compute:{task.name}",
+            start,
+            self.env.now,
+            flops=flops,
+            energy_j=energy,
         )
 
     def upload(self, round_: int, client: int, payload: Payload) -> Process:
@@ -149,8 +168,15 @@ class Simulation:
         yield self.env.timeout(seconds)
         self._totals.bytes_up += transfer.nbytes
         self.recorder.event(
-            round_, client, "upload", start, self.env.now, nbytes=transfer.nbytes,
-            energy_j=energy, rate_bps=transfer.rate_bps, snr_db=transfer.snr_db,
+            round_,
+            client,
+            "upload",
+            start,
+            self.env.now,
+            nbytes=transfer.nbytes,
+            energy_j=energy,
+            rate_bps=transfer.rate_bps,
+            snr_db=transfer.snr_db,
         )
         return transfer
 
@@ -161,7 +187,9 @@ class Simulation:
         start = self.env.now
         yield self.env.timeout(seconds)
         self.server_state = self.algorithm.aggregate(self.server_state, uploads)
-        self.recorder.event(round_, SERVER, "aggregate", start, self.env.now, flops=flops, energy_j=energy)
+        self.recorder.event(
+            round_, SERVER, "aggregate", start, self.env.now, flops=flops, energy_j=energy
+        )
 
     # --- bookkeeping -----------------------------------------------------------------
     def end_round(self, round_: int, round_start: float, selected: Sequence[int]) -> None:
@@ -169,7 +197,9 @@ class Simulation:
         last = round_ == self.protocol.rounds - 1
         evaluation = None
         if (round_ + 1) % self.protocol.eval_every == 0 or last:
-            evaluation = self.evaluator.evaluate(self.algorithm, self.server_state, self.client_states)
+            evaluation = self.evaluator.evaluate(
+                self.algorithm, self.server_state, self.client_states
+            )
             self.last_evaluation = evaluation
         now = time.perf_counter()
         nan = float("nan")

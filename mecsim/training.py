@@ -145,7 +145,9 @@ def train(
         loss = classification_loss(
             model, {**params, **leaves}, buffers, x[batch], y[batch], context, term
         )
-        grads = dict(zip(names, torch.autograd.grad(loss, [leaves[k] for k in names])))
+        grads = dict(
+            zip(names, torch.autograd.grad(loss, [leaves[k] for k in names]), strict=False)
+        )
         with torch.no_grad():
             params, momentum = sgd_update(params, grads, momentum, schedule)
         params = {k: v.detach() for k, v in params.items()}

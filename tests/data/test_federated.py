@@ -1,0 +1,130 @@
+import pytest
+import torch
+
+from mecsim.data import ClientData, build_client_data, load_dataset
+from mecsim.errors import ConfigError, UnknownNameError
+
+
+@pytest.fixture(scope="module")
+def digits():
+    return load_dataset("digits", seed=0)
+
+
+def _labels(dataset, clients, split):
+    source = dataset.y_test if split == "test" else dataset.y_train
+    return [source[getattr(c, split)] for c in clients]
+
+
+def test_splits_are_index_tensors_covering_the_train_set(digits):
+    # Execute
+    clients = build_client_data(
+        digits, partition="dirichlet", num_clients=6, seed=0, val_fraction=0.2
+    )
+
+    # Assert
+    assert all(isinstance(c, ClientData) for c in clients)
+    assert all(t.dtype == torch.int64 for c in clients for t in (c.train, c.val, c.test))
+    used = torch.cat([torch.cat([c.train, c.val]) for c in clients])
+    assert torch.equal(used.sort().values, torch.arange(len(digits.x_train)))
+    for c in clients:
+        n = c.num_train + len(c.val)
+        assert len(c.val) == round(0.2 * n)
+        assert not set(c.val.tolist()) & set(c.train.tolist())
+
+
+def test_local_test_matches_train_label_distribution(digits):
+    # Execute
+    clients = build_client_data(
+        digits, partition="dirichlet", num_clients=4, seed=3, alpha=0.3, local_test_fraction=0.5
+    )
+
+    # Assert
+    for c, train, test in zip(
+        clients, _labels(digits, clients, "train"), _labels(digits, clients, "test"), strict=True
+    ):
+        assert len(c.test) == max(1, round(0.5 * c.num_train))
+        assert set(test.tolist()) <= set(train.tolist())
+        if c.num_train >= 200:
+            p_train = torch.bincount(train, minlength=10) / len(train)
+            p_test = torch.bincount(test, minlength=10) / len(test)
+            assert torch.allclose(p_train, p_test, atol=0.02)
+
+
+def test_local_test_has_no_repeats_when_the_pool_suffices(digits):
+    # Execute: about 36 test images per class, quotas of about 4 per class
+    clients = build_client_data(digits, partition="iid", num_clients=10, seed=0)
+
+    # Assert
+    for c in clients:
+        assert len(c.test) == round(0.25 * c.num_train)
+        assert len(c.test.unique()) == len(c.test)
+
+
+def test_small_test_pool_draws_with_replacement(digits):
+    # Execute: local test twice the train size, one class per client (~36 test images per class)
+    clients = build_client_data(
+        digits,
+        partition="classes",
+        num_clients=10,
+        seed=0,
+        classes_per_client=1,
+        local_test_fraction=2.0,
+    )
+
+    # Assert
+    for c, test in zip(clients, _labels(digits, clients, "test"), strict=True):
+        assert len(c.test) == 2 * c.num_train
+        assert len(test.unique()) == 1
+        assert len(c.test.unique()) == (digits.y_test == test[0]).sum()
+
+
+def test_synthetic_natural_uses_own_test_samples():
+    # Prepare
+    data = load_dataset("synthetic", num_clients=5, seed=1)
+
+    # Execute
+    clients = build_client_data(data, partition="natural", num_clients=5, seed=1)
+
+    # Assert
+    for c, train, test in zip(
+        clients, data.natural_partition, data.natural_test_partition, strict=True
+    ):
+        assert c.train.tolist() == train.tolist() and c.test.tolist() == test.tolist()
+
+
+def test_quantity_skew_gives_unequal_clients(digits):
+    # Execute
+    clients = build_client_data(
+        digits, partition="iid", num_clients=10, seed=0, quantity_skew="lognormal"
+    )
+
+    # Assert
+    sizes = [c.num_train for c in clients]
+    assert min(sizes) >= 2 and max(sizes) > 10 * min(sizes)
+
+
+def test_same_seed_same_clients_different_seed_different(digits):
+    # Execute
+    a, b, c = (
+        build_client_data(digits, partition="dirichlet", num_clients=5, seed=s, val_fraction=0.1)
+        for s in (7, 7, 8)
+    )
+
+    # Assert
+    def same(x, y):
+        return all(
+            torch.equal(getattr(p, f), getattr(q, f))
+            for p, q in zip(x, y, strict=True)
+            for f in ("train", "val", "test")
+        )
+
+    assert same(a, b) and not same(a, c)
+
+
+def test_bad_names_and_values_name_their_field(digits):
+    with pytest.raises(UnknownNameError, match="data.partition"):
+        build_client_data(digits, partition="shards", num_clients=4, seed=0)
+    with pytest.raises(ConfigError, match="data.quantity_skew"):
+        build_client_data(digits, partition="iid", num_clients=4, seed=0, quantity_skew="zipf")
+    with pytest.raises(ConfigError, match="data.partition"):
+        build_client_data(digits, partition="natural", num_clients=4, seed=0)

@@ -1,0 +1,113 @@
+import torch
+from torch import nn
+
+from mecsim.state import ModelState
+from mecsim.training import Schedule, batch_order, train
+
+
+def small_model() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(6, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Linear(8, 3))
+
+
+def data():
+    g = torch.Generator().manual_seed(1)
+    return torch.randn(40, 6, generator=g), torch.randint(0, 3, (40,), generator=g)
+
+
+def test_functional_sgd_matches_torch_optim_sgd():
+    model = small_model()
+    x, y = data()
+    indices = torch.arange(40)
+    schedule = Schedule(epochs=2, batch_size=8, lr=0.1, momentum=0.9, weight_decay=1e-3)
+    order = batch_order(40, schedule, torch.Generator().manual_seed(5))
+
+    result = train(
+        model, ModelState.of(model), x, y, indices, schedule, torch.Generator().manual_seed(5)
+    )
+
+    reference = small_model()
+    optimizer = torch.optim.SGD(reference.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-3)
+    reference.train()
+    for positions in order:
+        optimizer.zero_grad()
+        nn.functional.cross_entropy(reference(x[positions]), y[positions]).backward()
+        optimizer.step()
+    assert result.steps == len(order) == 10
+    for name, p in reference.named_parameters():
+        torch.testing.assert_close(result.state.params[name], p.detach(), rtol=1e-5, atol=1e-6)
+    for name, b in reference.named_buffers():
+        torch.testing.assert_close(result.state.buffers[name], b)
+
+
+def test_training_does_not_touch_the_input_state_or_template():
+    model = small_model()
+    start = ModelState.of(model)
+    before = start.clone()
+    x, y = data()
+
+    train(model, start, x, y, torch.arange(40), Schedule(steps=3), torch.Generator().manual_seed(0))
+
+    for name in before.params:
+        assert torch.equal(start.params[name], before.params[name])
+        assert torch.equal(dict(model.named_parameters())[name].detach(), before.params[name])
+
+
+def test_steps_override_epochs_and_trainable_freezes_the_rest():
+    model = small_model()
+    x, y = data()
+    schedule = Schedule(
+        epochs=5, steps=7, batch_size=8, trainable=frozenset({"3.weight", "3.bias"})
+    )
+
+    result = train(
+        model,
+        ModelState.of(model),
+        x,
+        y,
+        torch.arange(40),
+        schedule,
+        torch.Generator().manual_seed(0),
+    )
+
+    assert result.steps == 7 and result.samples == 7 * 8
+    start = ModelState.of(model)
+    assert torch.equal(result.state.params["0.weight"], start.params["0.weight"])
+    assert not torch.equal(result.state.params["3.weight"], start.params["3.weight"])
+
+
+def test_loss_term_changes_the_result():
+    model = small_model()
+    x, y = data()
+    start = ModelState.of(model)
+    anchor = {k: torch.zeros_like(v) for k, v in start.params.items()}
+
+    def pull_to_zero(params, ctx):
+        return 10.0 * sum((params[k] - ctx[k]).pow(2).sum() for k in ctx)
+
+    plain = train(
+        model, start, x, y, torch.arange(40), Schedule(steps=5), torch.Generator().manual_seed(0)
+    )
+    pulled = train(
+        model,
+        start,
+        x,
+        y,
+        torch.arange(40),
+        Schedule(steps=5),
+        torch.Generator().manual_seed(0),
+        pull_to_zero,
+        anchor,
+    )
+
+    norm = lambda s: sum(p.norm() ** 2 for p in s.params.values())  # noqa: E731
+    assert norm(pulled.state) < norm(plain.state)
+
+
+def test_batch_order_is_seeded_and_covers_each_epoch():
+    schedule = Schedule(epochs=2, batch_size=4)
+    a = batch_order(10, schedule, torch.Generator().manual_seed(1))
+    b = batch_order(10, schedule, torch.Generator().manual_seed(1))
+
+    assert [t.tolist() for t in a] == [t.tolist() for t in b]
+    assert len(a) == 6 and sorted(torch.cat(a[:3]).tolist()) == list(range(10))
