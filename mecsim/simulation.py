@@ -107,12 +107,18 @@ class Simulation:
     def downlink_transfers(
         self, round_: int, payloads: dict[int, Payload | None]
     ) -> dict[int, Transfer]:
-        """Timing of this round's downlink to each selected client."""
+        """Timing of this round's downlink to each selected client.
+
+        The payload goes out as one broadcast only when the algorithm sends
+        the same payload to everyone and ``network.downlink.mode`` is
+        ``broadcast``; otherwise each client gets its own unicast copy.
+        """
         nbytes = {c: payload_nbytes(p) for c, p in payloads.items()}
-        transfers = self.network.downlink(nbytes, round_, self.algorithm.broadcast)
+        broadcast = self.algorithm.broadcast and self.network.config.downlink.mode == "broadcast"
+        transfers = self.network.downlink(nbytes, round_, broadcast)
         if transfers and any(nbytes.values()):
             on_air = max(t.duration_s for t in transfers.values())
-            sent = nbytes[next(iter(nbytes))] if self.algorithm.broadcast else sum(nbytes.values())
+            sent = max(nbytes.values()) if broadcast else sum(nbytes.values())
             self.recorder.event(
                 round_,
                 SERVER,

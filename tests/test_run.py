@@ -176,3 +176,42 @@ def test_eval_every_skips_rounds_but_not_the_last(tiny):
 
     evaluated = result.rounds["generic_acc"].notna().tolist()
     assert evaluated == [False, True, False, True, True]
+
+
+def test_unicast_downlink_shares_the_server_bandwidth(tiny):
+    broadcast = mecsim.run(tiny, ["protocol.rounds=1"], write=False).events
+    unicast = mecsim.run(tiny, ["protocol.rounds=1", "network.downlink.mode=unicast"], write=False).events
+
+    down_b = broadcast[broadcast["phase"] == "download"].set_index("client")
+    down_u = unicast[unicast["phase"] == "download"].set_index("client")
+    # each receiver gets at most the full bandwidth, so unicast is never faster than broadcast
+    assert ((down_u["t_end"] - down_u["t_start"]) > (down_b["t_end"] - down_b["t_start"])).all()
+    send = unicast[unicast["phase"] == "downlink-send"].iloc[0]
+    assert send["bytes"] == down_u["bytes"].sum()
+    assert send["t_end"] == pytest.approx(down_u["t_end"].max())
+
+
+def test_rayleigh_fading_is_drawn_per_transmission_and_reproducible(tiny):
+    overrides = ["network.fading=rayleigh", "protocol.rounds=3"]
+    a = mecsim.run(tiny, overrides, write=False).events
+    b = mecsim.run(tiny, overrides, write=False).events
+
+    uploads = a[(a["phase"] == "upload") & (a["client"] == 0)]
+    assert uploads["rate_bps"].nunique() == 3
+    pd.testing.assert_frame_equal(a, b)
+
+
+def test_table5_preset_sends_one_bit_per_hertz(tiny):
+    result = mecsim.run(tiny, ["protocol.rounds=1", "network.preset=table5"], write=False)
+
+    uploads = result.events[result.events["phase"] == "upload"].set_index("client")
+    bandwidth_hz = result.clients.set_index("client")["bandwidth_mhz"] * 1e6
+    np.testing.assert_allclose(uploads["rate_bps"], bandwidth_hz.loc[uploads.index], rtol=1e-12)
+
+
+def test_interference_in_dbm_lowers_the_rate(tiny):
+    clean = mecsim.run(tiny, ["protocol.rounds=1"], write=False).events
+    noisy = mecsim.run(tiny, ["protocol.rounds=1", "network.uplink.interference_dbm=-90"], write=False).events
+
+    rate = lambda e: e[e["phase"] == "upload"]["rate_bps"].to_numpy()  # noqa: E731
+    assert (rate(noisy) < rate(clean)).all()
