@@ -46,8 +46,13 @@ class Evaluator:
         self.weights = np.asarray(weights, dtype=float)
 
     def evaluate(
-        self, algorithm: Algorithm, server_state: ServerState, client_states: Sequence[ClientState]
+        self,
+        algorithm: Algorithm,
+        server_state: ServerState,
+        client_states: Sequence[ClientState],
+        completed_rounds: int,
     ) -> Evaluation:
+        """Accuracies of the algorithm's models after ``completed_rounds`` rounds."""
         generic = algorithm.generic_model(server_state)
         generic_acc = math.nan
         if generic is not None:
@@ -77,3 +82,27 @@ class Evaluator:
         if len(labels) == 0:
             return math.nan
         return float((predictions == labels).float().mean())
+
+
+class CurveEvaluator:
+    """Cost-only "evaluation": accuracy read off a user-supplied (round, accuracy) curve.
+
+    The curve is linearly interpolated at the number of completed rounds and
+    reported as both generic and personalized accuracy; without a curve,
+    accuracy is NaN (omitted).
+    """
+
+    def __init__(self, curve: Sequence[tuple[float, float]] | None) -> None:
+        self.curve = np.asarray(curve, dtype=float) if curve else None
+
+    def evaluate(
+        self,
+        algorithm: Algorithm,
+        server_state: ServerState,
+        client_states: Sequence[ClientState],
+        completed_rounds: int,
+    ) -> Evaluation:
+        if self.curve is None:
+            return Evaluation(math.nan, math.nan, math.nan, ())
+        acc = float(np.interp(completed_rounds, self.curve[:, 0], self.curve[:, 1]))
+        return Evaluation(acc, acc, 0.0, ())

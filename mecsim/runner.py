@@ -19,12 +19,13 @@ from tqdm import tqdm
 from mecsim.algorithms import ALGORITHMS
 from mecsim.analysis import render_report, summarize
 from mecsim.cost import FlopMeter
-from mecsim.data import build_client_data, load_dataset
+from mecsim.data import build_client_data, dataset_shape, load_dataset
 from mecsim.devices import DEVICES
 from mecsim.distributions import sample_attribute
 from mecsim.errors import ConfigError
-from mecsim.evaluation import Evaluator
-from mecsim.executors import TrainingContext, make_executor
+from mecsim.evaluation import CurveEvaluator, Evaluator
+from mecsim.executors import Executor, TrainingContext, make_executor
+from mecsim.executors.cost_only import CostOnlyExecutor
 from mecsim.models import build_model
 from mecsim.network import ClientProfile, Network
 from mecsim.output import atomic_directory, check_target, default_run_dir, write_file
@@ -89,37 +90,25 @@ def build_clients(scenario: Scenario) -> list[ClientProfile]:
     ]
 
 
-def run(
-    scenario: str | Path | dict[str, Any] | Scenario,
-    overrides: list[str] | dict[str, Any] | None = None,
-    *,
-    out: str | Path | None = None,
-    device: str | None = None,
-    executor: str = "serial",
-    write: bool = True,
-    progress: bool | None = None,
-) -> RunResult:
-    """Run a scenario end to end.
+@dataclass
+class FederatedData:
+    """Tensors and per-client index splits a run trains and evaluates on."""
 
-    Args:
-        scenario: a TOML path, a mapping, or a :class:`Scenario`.
-        overrides: dotted ``key=value`` strings (or a mapping) applied before validation.
-        out: run directory; default ``<output.dir>/<name>-seed<seed>`` (suffixed if taken).
-        device: ``cpu`` (default) or ``cuda`` for the real training.
-        executor: client-job backend (``serial``).
-        write: write the run directory (False: only return the tables).
-        progress: show a progress bar (default: ``output.progress``).
+    input_shape: tuple[int, ...]
+    num_classes: int
+    x_train: torch.Tensor
+    y_train: torch.Tensor
+    x_test: torch.Tensor
+    y_test: torch.Tensor
+    train: list[torch.Tensor]
+    val: list[torch.Tensor]
+    test: list[torch.Tensor]
 
-    Returns:
-        The run's events, rounds and clients tables, summary, and run directory.
-    """
-    sc = load_scenario(scenario, overrides)
-    run_dir = None
-    if write:
-        run_dir = Path(out) if out is not None else default_run_dir(sc.output.dir, sc.name, sc.seed)
-        check_target(run_dir, sc.output.overwrite)
-    torch_device = resolve_device(device)
 
+def build_data(sc: Scenario, device: torch.device) -> FederatedData:
+    """Load the dataset, partition it across clients, and move it to ``device``."""
+    if sc.execution.cost_only and sc.clients.num_samples is not None:
+        return _sample_counts_only(sc)
     dataset = load_dataset(
         sc.data.dataset,
         root=sc.data.root,
@@ -129,7 +118,7 @@ def run(
         test_fraction=sc.data.test_fraction,
         options={"alpha": sc.data.synthetic_alpha, "beta": sc.data.synthetic_beta},
     )
-    client_data = build_client_data(
+    clients = build_client_data(
         dataset,
         partition=sc.data.partition,
         num_clients=sc.clients.count,
@@ -142,30 +131,118 @@ def run(
         val_fraction=sc.data.val_fraction,
         local_test_fraction=sc.data.local_test_fraction,
     )
-    dataset = dataset.to(torch_device)
-    train_indices = [d.train.to(torch_device) for d in client_data]
-    test_indices = [d.test.to(torch_device) for d in client_data]
+    dataset = dataset.to(device)
+    return FederatedData(
+        dataset.input_shape,
+        dataset.num_classes,
+        dataset.x_train,
+        dataset.y_train,
+        dataset.x_test,
+        dataset.y_test,
+        [c.train.to(device) for c in clients],
+        [c.val.to(device) for c in clients],
+        [c.test.to(device) for c in clients],
+    )
 
+
+def _sample_counts_only(sc: Scenario) -> FederatedData:
+    """Cost-only data: per-client sample counts from ``clients.num_samples``, no tensors."""
+    shape, classes = dataset_shape(sc.data.dataset)
+    counts = sample_attribute(
+        sc.clients.num_samples, numpy_rng(sc.seed, "clients", "num_samples"), sc.clients.count
+    )
+    if (counts < 1).any():
+        raise ConfigError("clients.num_samples", "every client needs at least 1 sample")
+    meta = torch.device("meta")
+    empty = torch.empty(0, dtype=torch.long, device=meta)
+    return FederatedData(
+        shape,
+        classes,
+        torch.empty(0, *shape),
+        torch.empty(0, dtype=torch.long),
+        torch.empty(0, *shape),
+        torch.empty(0, dtype=torch.long),
+        [torch.empty(int(n), dtype=torch.long, device=meta) for n in counts],
+        [empty] * sc.clients.count,
+        [empty] * sc.clients.count,
+    )
+
+
+def build_executor(sc: Scenario, ctx: TrainingContext, name: str | None) -> Executor:
+    """The executor the scenario asks for (cost-only mode overrides it)."""
+    if sc.execution.cost_only:
+        return CostOnlyExecutor(ctx)
+    name = name or sc.execution.executor
+    if name == "ray":
+        e = sc.execution
+        return make_executor(
+            "ray",
+            ctx,
+            address=e.ray_address,
+            num_cpus=e.ray_num_cpus,
+            gpus_per_task=e.ray_gpus_per_task,
+            tasks=e.ray_tasks,
+        )
+    return make_executor(name, ctx)
+
+
+def run(
+    scenario: str | Path | dict[str, Any] | Scenario,
+    overrides: list[str] | dict[str, Any] | None = None,
+    *,
+    out: str | Path | None = None,
+    device: str | None = None,
+    executor: str | None = None,
+    write: bool = True,
+    progress: bool | None = None,
+) -> RunResult:
+    """Run a scenario end to end.
+
+    Args:
+        scenario: a TOML path, a mapping, or a :class:`Scenario`.
+        overrides: dotted ``key=value`` strings (or a mapping) applied before validation.
+        out: run directory; default ``<output.dir>/<name>-seed<seed>`` (suffixed if taken).
+        device: ``cpu`` (default) or ``cuda`` for the real training.
+        executor: client-job backend; default ``execution.executor``.
+        write: write the run directory (False: only return the tables).
+        progress: show a progress bar (default: ``output.progress``).
+
+    Returns:
+        The run's events, rounds and clients tables, summary, and run directory.
+    """
+    sc = load_scenario(scenario, overrides)
+    run_dir = None
+    if write:
+        run_dir = Path(out) if out is not None else default_run_dir(sc.output.dir, sc.name, sc.seed)
+        check_target(run_dir, sc.output.overwrite)
+    torch_device = resolve_device(device)
+    cost_only = sc.execution.cost_only
+    data = build_data(sc, torch_device)
     model = build_model(
         sc.model.name,
-        input_shape=dataset.input_shape,
-        num_classes=dataset.num_classes,
+        input_shape=data.input_shape,
+        num_classes=data.num_classes,
         seed=derive_seed(sc.seed, "init"),
-    ).to(torch_device)
+    )
+    meter = FlopMeter(model, data.input_shape)
+    model.to("meta" if cost_only else torch_device)
     initial = ModelState.of(model)
     algorithm = ALGORITHMS.get(sc.algorithm.name)(sc.algorithm, initial)
-    meter = FlopMeter(model, dataset.input_shape)
-    ctx = TrainingContext(algorithm, model, meter, dataset.x_train, dataset.y_train, sc.seed)
+    ctx = TrainingContext(algorithm, model, meter, data.x_train, data.y_train, sc.seed)
     clients = build_clients(sc)
-    num_train = [len(i) for i in train_indices]
+    num_train = [len(i) for i in data.train]
+    if cost_only:
+        evaluator = CurveEvaluator(sc.execution.accuracy_curve)
+    else:
+        evaluator = Evaluator(model, data.x_test, data.y_test, data.test, num_train)
     sim = Simulation(
         algorithm=algorithm,
-        executor=make_executor(executor, ctx),
+        executor=build_executor(sc, ctx, executor),
         network=Network(sc.network, clients, sc.seed),
         clients=clients,
-        train_indices=train_indices,
+        train_indices=data.train,
         server_device=DEVICES.get(sc.server.device),
-        evaluator=Evaluator(model, dataset.x_test, dataset.y_test, test_indices, num_train),
+        evaluator=evaluator,
         protocol=sc.protocol,
         seed=sc.seed,
     )
@@ -173,16 +250,15 @@ def run(
     with tqdm(total=sc.protocol.rounds, desc=sc.name, unit="round", disable=not show) as bar:
 
         def on_round(row: dict[str, Any]) -> None:
-            acc = (
-                row["generic_acc"]
-                if row["generic_acc"] == row["generic_acc"]
-                else row["personal_acc"]
-            )
+            acc = row["generic_acc"] if row["generic_acc"] == row["generic_acc"] else row["personal_acc"]
             bar.set_postfix(round=row["round"] + 1, sim_s=f"{row['t_end']:.1f}", acc=f"{acc:.3f}")
             bar.update()
 
         sim.on_round = on_round
         sim.run(PROTOCOLS.get(sc.protocol.kind))
+    close = getattr(sim.executor, "close", None)
+    if close is not None:
+        close()
 
     events = sim.recorder.events()
     rounds = sim.recorder.rounds()
@@ -196,10 +272,12 @@ def run(
             "device": [c.device.name for c in clients],
             "device_flops_per_s": [c.device.flops_per_s for c in clients],
             "num_train": num_train,
-            "num_val": [len(d.val) for d in client_data],
-            "num_test": [len(d.test) for d in client_data],
+            "num_val": [len(v) for v in data.val],
+            "num_test": [len(t) for t in data.test],
             "model": sc.model.name,
-            "final_personal_acc": list(final.client_acc) if final else float("nan"),
+            "final_personal_acc": list(final.client_acc)
+            if final and final.client_acc
+            else float("nan"),
         }
     )
     summary = {

@@ -121,6 +121,10 @@ class ClientsConfig(Section):
     tx_power_dbm: NumberAttr = Uniform(low=23, high=30)
     distance_m: NumberAttr = Uniform(low=100, high=500)
     device: NameAttr = "phone-mid"
+    num_samples: NumberAttr | None = Field(
+        default=None,
+        description="cost-only mode: per-client training sample counts (no data is loaded)",
+    )
 
 
 class ServerConfig(Section):
@@ -132,6 +136,35 @@ class OutputConfig(Section):
     name: str | None = None
     overwrite: bool = False
     progress: bool = True
+
+
+class ExecutionConfig(Section):
+    """How client work runs: backend, Ray cluster, or no training at all (cost-only)."""
+
+    executor: str = Field(default="batched", description="serial | batched | ray")
+    ray_address: str | None = Field(
+        default=None, description="Ray cluster address; None starts a local Ray instance"
+    )
+    ray_num_cpus: int | None = Field(default=None, ge=1, description="CPUs of a local Ray instance")
+    ray_gpus_per_task: float = Field(default=0.0, ge=0, description="GPU share of each Ray task")
+    ray_tasks: int | None = Field(
+        default=None, ge=1, description="Ray tasks per round (default: one per available CPU)"
+    )
+    cost_only: bool = Field(default=False, description="skip real training; time the network only")
+    accuracy_curve: list[tuple[float, float]] | None = Field(
+        default=None,
+        description="cost-only accuracy: (round, accuracy) points, linearly interpolated",
+    )
+
+    @model_validator(mode="after")
+    def _curve(self) -> ExecutionConfig:
+        if self.accuracy_curve is not None:
+            rounds = [r for r, _ in self.accuracy_curve]
+            if not rounds or rounds != sorted(rounds):
+                raise ValueError("accuracy_curve needs (round, accuracy) points in increasing round order")
+            if not self.cost_only:
+                raise ValueError("accuracy_curve is only used with cost_only = true")
+        return self
 
 
 class AlgorithmSettings(Section):
@@ -162,6 +195,7 @@ class Scenario(Section):
     clients: ClientsConfig = ClientsConfig()
     server: ServerConfig = ServerConfig()
     output: OutputConfig = OutputConfig()
+    execution: ExecutionConfig = ExecutionConfig()
     versions: dict[str, str] | None = Field(
         default=None, description="informational: versions that wrote a resolved scenario"
     )
@@ -225,6 +259,7 @@ def _check_names(scenario: Scenario) -> list[Problem]:
     from mecsim.channels import FADING
     from mecsim.data import DATASETS, PARTITIONS
     from mecsim.devices import DEVICES
+    from mecsim.executors import EXECUTORS
     from mecsim.models import MODELS
 
     checks = [
@@ -234,6 +269,7 @@ def _check_names(scenario: Scenario) -> list[Problem]:
         ("algorithm.name", scenario.algorithm.name, ALGORITHMS),
         ("network.fading", scenario.network.fading, FADING),
         ("server.device", scenario.server.device, DEVICES),
+        ("execution.executor", scenario.execution.executor, EXECUTORS),
     ]
     problems = []
     for path, name, registry in checks:
@@ -247,6 +283,10 @@ def _check_names(scenario: Scenario) -> list[Problem]:
                 Problem("clients.device", f"unknown device {device!r}; allowed: {allowed}")
             )
     problems += _check_positive(scenario)
+    if scenario.clients.num_samples is not None and not scenario.execution.cost_only:
+        problems.append(
+            Problem("clients.num_samples", "only used with execution.cost_only = true; remove it")
+        )
     protocol = scenario.protocol
     if (
         protocol.clients_per_round is not None

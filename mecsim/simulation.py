@@ -75,6 +75,7 @@ class Simulation:
         self.last_evaluation: Evaluation | None = None
         self._totals = RoundTotals()
         self._wall_start = time.perf_counter()
+        self._train_wall_s = 0.0
 
     # --- decisions -------------------------------------------------------------------
     def select(self, round_: int) -> list[int]:
@@ -102,7 +103,10 @@ class Simulation:
             ClientJob(c, round_, self.client_states[c], payload, self.train_indices[c])
             for c, payload in payloads.items()
         ]
-        return {r.client: r for r in self.executor.run(jobs)}
+        started = time.perf_counter()
+        results = {r.client: r for r in self.executor.run(jobs)}
+        self._train_wall_s += time.perf_counter() - started
+        return results
 
     def downlink_transfers(
         self, round_: int, payloads: dict[int, Payload | None]
@@ -204,7 +208,7 @@ class Simulation:
         evaluation = None
         if (round_ + 1) % self.protocol.eval_every == 0 or last:
             evaluation = self.evaluator.evaluate(
-                self.algorithm, self.server_state, self.client_states
+                self.algorithm, self.server_state, self.client_states, round_ + 1
             )
             self.last_evaluation = evaluation
         now = time.perf_counter()
@@ -220,10 +224,12 @@ class Simulation:
             "bytes_up": self._totals.bytes_up,
             "bytes_down": self._totals.bytes_down,
             "wall_s": now - self._wall_start,
+            "wall_train_s": self._train_wall_s,
         }
         self.recorder.round(**row)
         self._totals = RoundTotals()
         self._wall_start = now
+        self._train_wall_s = 0.0
         if self.on_round is not None:
             self.on_round(row)
 

@@ -58,25 +58,33 @@ class Schedule:
 
 @dataclass
 class TrainResult:
-    """A trained state and the work done: steps and samples forwarded with gradients."""
+    """A trained state and the work done: steps, samples forwarded with gradients, FLOPs.
+
+    ``flops`` is filled in by the executor that metered the work.
+    """
 
     state: ModelState
     steps: int
     samples: int
+    flops: int = 0
 
 
-def batch_order(num_samples: int, schedule: Schedule, generator: torch.Generator) -> list[Tensor]:
-    """Positions (into the client's index tensor) of each step's batch.
+def batch_order(num_samples: int, schedule: Schedule, generator: torch.Generator) -> Tensor:
+    """Positions (into the client's index tensor) of each step's batch, shape [steps, b].
 
-    Each epoch is a fresh permutation split into batches of ``batch_size``;
-    with ``steps`` set, epochs repeat until that many batches are taken.
+    Batches are consecutive chunks of a stream of fresh permutations (one per
+    pass over the data), so every step sees exactly ``b = min(batch_size,
+    num_samples)`` samples and an epoch's tail continues into the next pass.
+    Equal batch sizes let a batched executor step many clients in lockstep
+    with results identical to one client at a time.
     """
-    total = schedule.num_steps(num_samples)
-    batches: list[Tensor] = []
-    while len(batches) < total:
-        perm = torch.randperm(num_samples, generator=generator, device=generator.device)
-        batches.extend(perm.split(schedule.batch_size))
-    return batches[:total]
+    steps = schedule.num_steps(num_samples)
+    size = min(schedule.batch_size, num_samples)
+    passes = math.ceil(steps * size / num_samples)
+    stream = torch.cat(
+        [torch.randperm(num_samples, generator=generator, device=generator.device) for _ in range(passes)]
+    )
+    return stream[: steps * size].view(steps, size)
 
 
 def classification_loss(

@@ -104,10 +104,19 @@ def test_loss_term_changes_the_result():
     assert norm(pulled.state) < norm(plain.state)
 
 
-def test_batch_order_is_seeded_and_covers_each_epoch():
+def test_batch_order_is_seeded_full_sized_and_covers_each_pass():
     schedule = Schedule(epochs=2, batch_size=4)
     a = batch_order(10, schedule, torch.Generator().manual_seed(1))
     b = batch_order(10, schedule, torch.Generator().manual_seed(1))
 
-    assert [t.tolist() for t in a] == [t.tolist() for t in b]
-    assert len(a) == 6 and sorted(torch.cat(a[:3]).tolist()) == list(range(10))
+    assert torch.equal(a, b)
+    assert a.shape == (6, 4)  # 2 epochs x ceil(10 / 4) steps, every batch full
+    stream = a.flatten().tolist()
+    assert sorted(stream[:10]) == list(range(10)) and sorted(stream[10:20]) == list(range(10))
+
+
+def test_batch_order_uses_all_samples_when_fewer_than_a_batch():
+    order = batch_order(3, Schedule(steps=4, batch_size=16), torch.Generator().manual_seed(0))
+
+    assert order.shape == (4, 3)
+    assert all(sorted(row.tolist()) == [0, 1, 2] for row in order)

@@ -1,6 +1,6 @@
 """Datasets as tensors, partitions across clients, and per-client index splits."""
 
-from mecsim.data.datasets import DATASETS, Dataset, load_dataset
+from mecsim.data.datasets import DATASETS, Dataset, dataset_shape, load_dataset
 from mecsim.data.federated import ClientData, build_client_data
 from mecsim.data.partition import PARTITIONS, lognormal_weights
 
@@ -10,6 +10,7 @@ __all__ = [
     "ClientData",
     "Dataset",
     "build_client_data",
+    "dataset_shape",
     "load_dataset",
     "lognormal_weights",
 ]

@@ -301,3 +301,20 @@ for _name, _spec in TORCHVISION.items():
     DATASETS.add(
         _name, _torchvision_loader(_name), f"torchvision {_spec[0]} (files under data.root)"
     )
+
+
+SHAPES: dict[str, tuple[tuple[int, ...], int]] = {
+    "digits": ((1, 8, 8), 10),
+    "mnist-5k": ((1, 28, 28), 10),
+    "synthetic": ((60,), 10),
+    "mnist": ((1, 28, 28), 10),
+    "fashionmnist": ((1, 28, 28), 10),
+    "cifar10": ((3, 32, 32), 10),
+    "cifar100": ((3, 32, 32), 100),
+}
+
+
+def dataset_shape(name: str) -> tuple[tuple[int, ...], int]:
+    """(per-sample input shape, number of classes) of a dataset, without loading it."""
+    DATASETS.get(name)  # unknown names raise the registry's error
+    return SHAPES[name]

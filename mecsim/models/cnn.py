@@ -25,6 +25,7 @@ class ConvNet(nn.Module):
         convs: one ``(out_channels, kernel_size, padding)`` per conv block.
         hidden: widths of the hidden fully connected layers (ReLU after each).
         num_classes: number of output logits.
+        batch_norm: BatchNorm2d after each conv (before the ReLU).
     """
 
     def __init__(
@@ -33,13 +34,15 @@ class ConvNet(nn.Module):
         convs: Sequence[tuple[int, int, int]],
         hidden: Sequence[int],
         num_classes: int,
+        batch_norm: bool = False,
     ) -> None:
         super().__init__()
         blocks: list[nn.Module] = []
         channels = input_shape[0]
         for out_channels, kernel_size, padding in convs:
             conv = nn.Conv2d(channels, out_channels, kernel_size, padding=padding)
-            blocks += [conv, nn.ReLU(), nn.MaxPool2d(2)]
+            norm = [nn.BatchNorm2d(out_channels)] if batch_norm else []
+            blocks += [conv, *norm, nn.ReLU(), nn.MaxPool2d(2)]
             channels = out_channels
         self.features = nn.Sequential(*blocks)
         with torch.no_grad():
@@ -69,6 +72,13 @@ def cnn_small(input_shape: tuple[int, ...], num_classes: int) -> ConvNet:
     """
     shape = image_shape("cnn-small", input_shape)
     return ConvNet(shape, [(16, 3, 1), (32, 3, 1)], [64], num_classes)
+
+
+@MODELS.register("cnn-small-bn", "cnn-small with BatchNorm after each conv.")
+def cnn_small_bn(input_shape: tuple[int, ...], num_classes: int) -> ConvNet:
+    """``cnn-small`` with BatchNorm2d after each conv: a fast model with running statistics."""
+    shape = image_shape("cnn-small-bn", input_shape)
+    return ConvNet(shape, [(16, 3, 1), (32, 3, 1)], [64], num_classes, batch_norm=True)
 
 
 @MODELS.register("cnn-kapc", "KAPC's MNIST/FMNIST CNN: conv5x5(32, 64), FC 512, 128.")

@@ -10,7 +10,7 @@ from mecsim.errors import UnknownNameError
 from mecsim.models import MODELS, InputShapeError, build_model
 
 LARGE = ("resnet18", "resnet34", "vgg11", "vgg13")
-SMALL_CNNS = ("cnn-small", "cnn-kapc", "cnn-persfl", "cnn-comet")
+SMALL_CNNS = ("cnn-small", "cnn-small-bn", "cnn-kapc", "cnn-persfl", "cnn-comet")
 
 
 def shape_for(name: str) -> tuple[int, int, int]:

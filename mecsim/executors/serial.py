@@ -1,0 +1,36 @@
+"""The serial executor: one client after another, FLOPs metered by forward hooks."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from mecsim.executors.base import ClientJob, JobResult, TaskBatch, TrainingContext, run_tasks
+from mecsim.training import TrainResult, train
+
+
+def train_serially(ctx: TrainingContext, batch: TaskBatch) -> list[TrainResult]:
+    """Train each job of ``batch`` in turn with the shared trainer."""
+    algorithm = ctx.algorithm
+    schedule = algorithm.schedule(batch.task)
+    term = algorithm.loss_term(batch.task)
+    results = []
+    for job, start, context, generator in zip(
+        batch.jobs, batch.starts, batch.contexts, batch.generators, strict=True
+    ):
+        with ctx.meter.measure() as meter:
+            result = train(
+                ctx.model, start, ctx.x, ctx.y, job.train_indices, schedule, generator, term, context
+            )
+        result.flops = meter.flops
+        results.append(result)
+    return results
+
+
+class SerialExecutor:
+    """One job after another in this process (the reference backend)."""
+
+    def __init__(self, ctx: TrainingContext) -> None:
+        self.ctx = ctx
+
+    def run(self, jobs: Sequence[ClientJob]) -> list[JobResult]:
+        return run_tasks(jobs, self.ctx, lambda batch: train_serially(self.ctx, batch))
