@@ -23,6 +23,9 @@ def weighted_average(payloads: Sequence[Payload], weights: Sequence[float]) -> P
     total = float(sum(weights))
     if total <= 0:
         raise ValueError("weights must have a positive sum")
+    if any(t.is_meta for t in payloads[0].values()):
+        # cost-only runs: meta tensors carry shapes, not values; skip O(K) stacking
+        return {k: torch.empty_like(v) for k, v in payloads[0].items()}
     coefficients = [w / total for w in weights]
     averaged: Payload = {}
     for key, first in payloads[0].items():

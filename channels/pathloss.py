@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-from mecsim.channels.units import FloatOrArray, db_to_linear
+from mecsim.channels.units import FloatOrArray, db_to_linear, require
 
 
 @dataclass(frozen=True)
@@ -34,7 +33,5 @@ class LogDistancePathLoss:
 
     def gain(self, distance_m: FloatOrArray) -> FloatOrArray:
         """Linear large-scale power gain at ``distance_m`` metres (> 0)."""
-        if np.any(np.asarray(distance_m) <= 0):
-            raise ValueError(f"distance_m must be > 0, got {distance_m!r}")
-        gain = db_to_linear(self.constant_db) * (distance_m / self.reference_m) ** -self.exponent
-        return gain if isinstance(distance_m, np.ndarray) else float(gain)
+        require("distance_m", distance_m, positive=True)
+        return db_to_linear(self.constant_db) * (distance_m / self.reference_m) ** -self.exponent

@@ -9,14 +9,12 @@ explicit unit in the scenario layer and defaults to none.
 
 from __future__ import annotations
 
-import numpy as np
-from mecsim.channels.units import FloatOrArray, dbm_to_w
+from mecsim.channels.units import FloatOrArray, dbm_to_w, log2, require
 
 
 def noise_power_w(psd_dbm_hz: float, bandwidth_hz: FloatOrArray) -> FloatOrArray:
     """Thermal noise power N0 B in W, from a PSD in dBm/Hz and a bandwidth in Hz (> 0)."""
-    if np.any(np.asarray(bandwidth_hz) <= 0):
-        raise ValueError(f"bandwidth_hz must be > 0, got {bandwidth_hz!r}")
+    require("bandwidth_hz", bandwidth_hz, positive=True)
     return dbm_to_w(psd_dbm_hz) * bandwidth_hz
 
 
@@ -24,20 +22,14 @@ def snr(
     received_w: FloatOrArray, interference_w: FloatOrArray, noise_w: FloatOrArray
 ) -> FloatOrArray:
     """Linear SINR = received / (interference + noise), all powers in W."""
-    if np.any(np.asarray(received_w) < 0):
-        raise ValueError(f"received_w must be >= 0, got {received_w!r}")
-    if np.any(np.asarray(interference_w) < 0):
-        raise ValueError(f"interference_w must be >= 0, got {interference_w!r}")
-    if np.any(np.asarray(noise_w) <= 0):
-        raise ValueError(f"noise_w must be > 0, got {noise_w!r}")
+    require("received_w", received_w, positive=False)
+    require("interference_w", interference_w, positive=False)
+    require("noise_w", noise_w, positive=True)
     return received_w / (interference_w + noise_w)
 
 
 def shannon_rate(bandwidth_hz: FloatOrArray, snr_linear: FloatOrArray) -> FloatOrArray:
     """Shannon capacity B log2(1 + SINR) in bit/s, bandwidth in Hz, SINR linear (>= 0)."""
-    if np.any(np.asarray(bandwidth_hz) <= 0):
-        raise ValueError(f"bandwidth_hz must be > 0, got {bandwidth_hz!r}")
-    if np.any(np.asarray(snr_linear) < 0):
-        raise ValueError(f"snr_linear must be >= 0, got {snr_linear!r}")
-    rate = bandwidth_hz * np.log2(1.0 + snr_linear)
-    return rate if isinstance(rate, np.ndarray) and rate.ndim else float(rate)
+    require("bandwidth_hz", bandwidth_hz, positive=True)
+    require("snr_linear", snr_linear, positive=False)
+    return bandwidth_hz * log2(1.0 + snr_linear)

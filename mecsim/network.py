@@ -20,6 +20,7 @@ import numpy as np
 from mecsim.channels import (
     ChannelModel,
     LogDistancePathLoss,
+    NoFading,
     broadcast_durations,
     dbm_to_w,
     make_fading,
@@ -74,28 +75,35 @@ class Network:
             noise_psd_dbm_hz=config.noise_psd_dbm_hz,
             spectral_efficiency=config.spectral_efficiency,
         )
+        self.random_fading = not isinstance(self.channel.fading, NoFading)
         self.server_bandwidth_hz = config.downlink.bandwidth_mhz * 1e6
         self.server_tx_power_w = dbm_to_w(config.downlink.tx_power_dbm)
 
     def _interference_w(self, link: LinkConfig, direction: str, client: int, round_: int) -> float:
+        if link.interference_w is None and link.interference_dbm is None:
+            return 0.0
         rng = numpy_rng(self.seed, "interference", direction, client, round_)
         if link.interference_w is not None:
             value = float(sample_attribute(link.interference_w, rng, 1)[0])
-        elif link.interference_dbm is not None:
-            value = dbm_to_w(float(sample_attribute(link.interference_dbm, rng, 1)[0]))
         else:
-            return 0.0
+            value = dbm_to_w(float(sample_attribute(link.interference_dbm, rng, 1)[0]))
         return max(value, 0.0)
+
+    def _fading_gain(self, direction: str, client: int, round_: int) -> float:
+        """|g|^2 of one transmission, from the stream (seed, "fading", direction, client, round)."""
+        if not self.random_fading:
+            return 1.0  # no draw needed: skip creating the stream
+        return self.channel.fading.draw(numpy_rng(self.seed, "fading", direction, client, round_))
 
     def uplink(self, client: int, nbytes: int, round_: int) -> Transfer:
         """Client ``client`` sends ``nbytes`` on its own bandwidth (FDMA)."""
         profile = self.clients[client]
-        sample = self.channel.sample(
+        sample = self.channel.rate_at(
             tx_power_w=profile.tx_power_w,
             distance_m=profile.distance_m,
             bandwidth_hz=profile.bandwidth_hz,
             interference_w=self._interference_w(self.config.uplink, "up", client, round_),
-            rng=numpy_rng(self.seed, "fading", "up", client, round_),
+            fading_gain=self._fading_gain("up", client, round_),
         )
         duration = 8 * nbytes / sample.rate_bps if nbytes else 0.0
         return Transfer(client, nbytes, duration, sample.rate_bps, sample.snr_db)
@@ -106,10 +114,7 @@ class Network:
         interference = {
             c: self._interference_w(self.config.downlink, "down", c, round_) for c in clients
         }
-        gains = {
-            c: self.channel.fading.draw(numpy_rng(self.seed, "fading", "down", c, round_))
-            for c in clients
-        }
+        gains = {c: self._fading_gain("down", c, round_) for c in clients}
 
         def sample(c: int, bandwidth_hz: float):
             return self.channel.rate_at(

@@ -182,7 +182,10 @@ def build_executor(sc: Scenario, ctx: TrainingContext, name: str | None) -> Exec
             num_cpus=e.ray_num_cpus,
             gpus_per_task=e.ray_gpus_per_task,
             tasks=e.ray_tasks,
+            max_clients=e.max_batch_clients,
         )
+    if name == "batched":
+        return make_executor(name, ctx, max_clients=sc.execution.max_batch_clients)
     return make_executor(name, ctx)
 
 
@@ -250,7 +253,11 @@ def run(
     with tqdm(total=sc.protocol.rounds, desc=sc.name, unit="round", disable=not show) as bar:
 
         def on_round(row: dict[str, Any]) -> None:
-            acc = row["generic_acc"] if row["generic_acc"] == row["generic_acc"] else row["personal_acc"]
+            acc = (
+                row["generic_acc"]
+                if row["generic_acc"] == row["generic_acc"]
+                else row["personal_acc"]
+            )
             bar.set_postfix(round=row["round"] + 1, sim_s=f"{row['t_end']:.1f}", acc=f"{acc:.3f}")
             bar.update()
 

@@ -142,6 +142,9 @@ class ExecutionConfig(Section):
     """How client work runs: backend, Ray cluster, or no training at all (cost-only)."""
 
     executor: str = Field(default="batched", description="serial | batched | ray")
+    max_batch_clients: int | None = Field(
+        default=None, ge=1, description="batched: at most this many clients per vmapped group"
+    )
     ray_address: str | None = Field(
         default=None, description="Ray cluster address; None starts a local Ray instance"
     )
@@ -161,7 +164,9 @@ class ExecutionConfig(Section):
         if self.accuracy_curve is not None:
             rounds = [r for r, _ in self.accuracy_curve]
             if not rounds or rounds != sorted(rounds):
-                raise ValueError("accuracy_curve needs (round, accuracy) points in increasing round order")
+                raise ValueError(
+                    "accuracy_curve needs (round, accuracy) points in increasing round order"
+                )
             if not self.cost_only:
                 raise ValueError("accuracy_curve is only used with cost_only = true")
         return self

@@ -35,10 +35,14 @@ class ModelState:
 
     @classmethod
     def from_payload(cls, payload: Payload, template: ModelState) -> ModelState:
-        """Rebuild a state from a payload holding (at least) ``template``'s keys."""
+        """A state viewing a payload's tensors (at least ``template``'s keys); no copy.
+
+        Sharing storage is safe: mecsim never updates a state in place (the
+        trainer and aggregation build new tensors).
+        """
         return cls(
-            {k: payload[k].clone() for k in template.params},
-            {k: payload[k].clone() for k in template.buffers},
+            {k: payload[k] for k in template.params},
+            {k: payload[k] for k in template.buffers},
         )
 
     def clone(self) -> ModelState:
@@ -65,4 +69,4 @@ def payload_nbytes(payload: Payload | None) -> int:
     """Bytes on the wire: sum of ``numel * element_size`` over the payload's tensors."""
     if not payload:
         return 0
-    return sum(t.numel() * t.element_size() for t in payload.values())
+    return sum(t.nbytes for t in payload.values())

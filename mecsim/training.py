@@ -82,7 +82,10 @@ def batch_order(num_samples: int, schedule: Schedule, generator: torch.Generator
     size = min(schedule.batch_size, num_samples)
     passes = math.ceil(steps * size / num_samples)
     stream = torch.cat(
-        [torch.randperm(num_samples, generator=generator, device=generator.device) for _ in range(passes)]
+        [
+            torch.randperm(num_samples, generator=generator, device=generator.device)
+            for _ in range(passes)
+        ]
     )
     return stream[: steps * size].view(steps, size)
 

@@ -108,7 +108,10 @@ def test_same_scenario_and_seed_give_identical_tables(tiny):
 
     pd.testing.assert_frame_equal(a.events, b.events)
     pd.testing.assert_frame_equal(a.clients, b.clients)
-    pd.testing.assert_frame_equal(a.rounds.drop(columns=["wall_s", "wall_train_s"]), b.rounds.drop(columns=["wall_s", "wall_train_s"]))
+    pd.testing.assert_frame_equal(
+        a.rounds.drop(columns=["wall_s", "wall_train_s"]),
+        b.rounds.drop(columns=["wall_s", "wall_train_s"]),
+    )
 
 
 def test_a_different_seed_changes_the_run(tiny):
@@ -180,7 +183,9 @@ def test_eval_every_skips_rounds_but_not_the_last(tiny):
 
 def test_unicast_downlink_shares_the_server_bandwidth(tiny):
     broadcast = mecsim.run(tiny, ["protocol.rounds=1"], write=False).events
-    unicast = mecsim.run(tiny, ["protocol.rounds=1", "network.downlink.mode=unicast"], write=False).events
+    unicast = mecsim.run(
+        tiny, ["protocol.rounds=1", "network.downlink.mode=unicast"], write=False
+    ).events
 
     down_b = broadcast[broadcast["phase"] == "download"].set_index("client")
     down_u = unicast[unicast["phase"] == "download"].set_index("client")
@@ -211,7 +216,9 @@ def test_table5_preset_sends_one_bit_per_hertz(tiny):
 
 def test_interference_in_dbm_lowers_the_rate(tiny):
     clean = mecsim.run(tiny, ["protocol.rounds=1"], write=False).events
-    noisy = mecsim.run(tiny, ["protocol.rounds=1", "network.uplink.interference_dbm=-90"], write=False).events
+    noisy = mecsim.run(
+        tiny, ["protocol.rounds=1", "network.uplink.interference_dbm=-90"], write=False
+    ).events
 
     rate = lambda e: e[e["phase"] == "upload"]["rate_bps"].to_numpy()  # noqa: E731
     assert (rate(noisy) < rate(clean)).all()

@@ -66,14 +66,28 @@ class TaskBatch:
     jobs: Sequence[ClientJob]
     starts: Sequence[ModelState]
     contexts: Sequence[TensorDict]
-    generators: Sequence[torch.Generator]
+    seed: int
+    device: torch.device
+
+    def generator(self, position: int) -> torch.Generator:
+        """The batch-order stream of job ``position``: (seed, "batches", client, round, task)."""
+        job = self.jobs[position]
+        return torch_generator(
+            self.seed, "batches", job.client, job.round, self.task.name, device=self.device
+        )
+
+    @property
+    def generators(self) -> list[torch.Generator]:
+        return [self.generator(i) for i in range(len(self.jobs))]
 
 
 TrainMany = Callable[[TaskBatch], list[TrainResult]]
 """Trains every job of a :class:`TaskBatch`; results carry the FLOPs they metered."""
 
 
-def run_tasks(jobs: Sequence[ClientJob], ctx: TrainingContext, train_many: TrainMany) -> list[JobResult]:
+def run_tasks(
+    jobs: Sequence[ClientJob], ctx: TrainingContext, train_many: TrainMany
+) -> list[JobResult]:
     """Run the algorithm's tasks, in order, for every job; ``train_many`` does the training."""
     algorithm = ctx.algorithm
     states = [dict(job.state) for job in jobs]
@@ -84,13 +98,13 @@ def run_tasks(jobs: Sequence[ClientJob], ctx: TrainingContext, train_many: Train
             jobs,
             [algorithm.begin_task(task, s, j.payload) for j, s in zip(jobs, states, strict=True)],
             [algorithm.task_context(task, s, j.payload) for j, s in zip(jobs, states, strict=True)],
-            [
-                torch_generator(ctx.seed, "batches", j.client, j.round, task.name, device=ctx.x.device)
-                for j in jobs
-            ],
+            ctx.seed,
+            ctx.x.device,
         )
         trained = train_many(batch) if jobs else []
-        for result, state, start, outcome in zip(results, states, batch.starts, trained, strict=True):
+        for result, state, start, outcome in zip(
+            results, states, batch.starts, trained, strict=True
+        ):
             algorithm.end_task(task, state, outcome.state)
             extra = algorithm.extra_flops(task, start, outcome.steps)
             result.task_flops[task.name] = outcome.flops + extra

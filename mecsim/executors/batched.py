@@ -85,7 +85,14 @@ def train_batched(
     buffers = _stack([s.buffers for s in starts])
     context = _stack(list(contexts)) if contexts and contexts[0] else {}
 
-    def loss(learn: TensorDict, frozen: TensorDict, buffers: TensorDict, xb: Tensor, yb: Tensor, ctx: TensorDict):
+    def loss(
+        learn: TensorDict,
+        frozen: TensorDict,
+        buffers: TensorDict,
+        xb: Tensor,
+        yb: Tensor,
+        ctx: TensorDict,
+    ):
         buffers = {n: b.clone() for n, b in buffers.items()}  # BN updates these in place
         value = classification_loss(model, {**frozen, **learn}, buffers, xb, yb, ctx, term)
         return value, buffers
@@ -118,15 +125,22 @@ def train_batched(
     ]
 
 
-def train_grouped(ctx: TrainingContext, batch: TaskBatch) -> list[TrainResult]:
-    """Group a task's jobs by effective batch size and train each group batched."""
+def train_grouped(
+    ctx: TrainingContext, batch: TaskBatch, max_clients: int | None = None
+) -> list[TrainResult]:
+    """Group a task's jobs by effective batch size and train each group batched.
+
+    ``max_clients`` caps a group's size (larger groups are split) to bound memory.
+    """
     algorithm = ctx.algorithm
     schedule = algorithm.schedule(batch.task)
-    groups: dict[int, list[int]] = defaultdict(list)
+    by_size: dict[int, list[int]] = defaultdict(list)
     for position, job in enumerate(batch.jobs):
-        groups[min(schedule.batch_size, len(job.train_indices))].append(position)
+        by_size[min(schedule.batch_size, len(job.train_indices))].append(position)
+    cap = max_clients or len(batch.jobs)
+    groups = [m[i : i + cap] for m in by_size.values() for i in range(0, len(m), cap)]
     results: list[TrainResult | None] = [None] * len(batch.jobs)
-    for members in groups.values():
+    for members in groups:
         trained = train_batched(
             ctx.model,
             [batch.starts[i] for i in members],
@@ -134,7 +148,7 @@ def train_grouped(ctx: TrainingContext, batch: TaskBatch) -> list[TrainResult]:
             ctx.y,
             [batch.jobs[i].train_indices for i in members],
             schedule,
-            [batch.generators[i] for i in members],
+            [batch.generator(i) for i in members],
             algorithm.loss_term(batch.task),
             [batch.contexts[i] for i in members],
         )
@@ -148,8 +162,11 @@ def train_grouped(ctx: TrainingContext, batch: TaskBatch) -> list[TrainResult]:
 class BatchedExecutor:
     """Runs a round's jobs as vmapped groups (see the module docstring)."""
 
-    def __init__(self, ctx: TrainingContext) -> None:
+    def __init__(self, ctx: TrainingContext, max_clients: int | None = None) -> None:
         self.ctx = ctx
+        self.max_clients = max_clients
 
     def run(self, jobs: Sequence[ClientJob]) -> list[JobResult]:
-        return run_tasks(jobs, self.ctx, lambda batch: train_grouped(self.ctx, batch))
+        return run_tasks(
+            jobs, self.ctx, lambda batch: train_grouped(self.ctx, batch, self.max_clients)
+        )

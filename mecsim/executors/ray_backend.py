@@ -38,7 +38,8 @@ def to_device(obj: Any, device: torch.device | str) -> Any:
         return type(obj)(to_device(v, device) for v in obj)
     if isinstance(obj, (ClientJob, JobResult)):
         return dataclasses.replace(
-            obj, **{f.name: to_device(getattr(obj, f.name), device) for f in dataclasses.fields(obj)}
+            obj,
+            **{f.name: to_device(getattr(obj, f.name), device) for f in dataclasses.fields(obj)},
         )
     return obj
 
@@ -46,13 +47,14 @@ def to_device(obj: Any, device: torch.device | str) -> Any:
 class _Worker:
     """A Ray actor holding the training context on its device."""
 
-    def __init__(self, ctx: TrainingContext, inner: str) -> None:
+    def __init__(self, ctx: TrainingContext, inner: str, max_clients: int | None) -> None:
         from mecsim.executors import make_executor
 
         self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
         ctx.model.to(self.device)
         ctx = dataclasses.replace(ctx, x=ctx.x.to(self.device), y=ctx.y.to(self.device))
-        self.executor = make_executor(inner, ctx)
+        options = {"max_clients": max_clients} if inner == "batched" else {}
+        self.executor = make_executor(inner, ctx, **options)
 
     def run(self, jobs: list[ClientJob]) -> list[JobResult]:
         results = self.executor.run(to_device(jobs, self.device))
@@ -71,6 +73,7 @@ class RayExecutor:
         gpus_per_task: float = 0.0,
         tasks: int | None = None,
         inner: str = "batched",
+        max_clients: int | None = None,
     ) -> None:
         try:
             import ray
@@ -92,7 +95,7 @@ class RayExecutor:
         cpu_ctx = dataclasses.replace(ctx, x=ctx.x.cpu(), y=ctx.y.cpu())
         cpu_ctx.model.to("cpu")
         actor = ray.remote(num_cpus=1, num_gpus=gpus_per_task)(_Worker)
-        self.workers = [actor.remote(cpu_ctx, inner) for _ in range(count)]
+        self.workers = [actor.remote(cpu_ctx, inner, max_clients) for _ in range(count)]
         ctx.model.to(self.device)
 
     def run(self, jobs: Sequence[ClientJob]) -> list[JobResult]:
@@ -100,7 +103,9 @@ class RayExecutor:
             return []
         n = min(len(self.workers), len(jobs))
         bounds = [round(i * len(jobs) / n) for i in range(n + 1)]
-        chunks = [to_device(list(jobs[a:b]), "cpu") for a, b in zip(bounds, bounds[1:], strict=False)]
+        chunks = [
+            to_device(list(jobs[a:b]), "cpu") for a, b in zip(bounds, bounds[1:], strict=False)
+        ]
         refs = [w.run.remote(chunk) for w, chunk in zip(self.workers, chunks, strict=False)]
         return [to_device(r, self.device) for part in self.ray.get(refs) for r in part]
 

@@ -19,7 +19,15 @@ def train_serially(ctx: TrainingContext, batch: TaskBatch) -> list[TrainResult]:
     ):
         with ctx.meter.measure() as meter:
             result = train(
-                ctx.model, start, ctx.x, ctx.y, job.train_indices, schedule, generator, term, context
+                ctx.model,
+                start,
+                ctx.x,
+                ctx.y,
+                job.train_indices,
+                schedule,
+                generator,
+                term,
+                context,
             )
         result.flops = meter.flops
         results.append(result)

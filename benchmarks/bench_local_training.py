@@ -1,0 +1,123 @@
+"""Local-training throughput: serial vs batched vs the single-model bound.
+
+For K clients of one architecture, each doing S SGD steps of batch B on its
+own data, time (1) the serial trainer one client after another, (2) the
+batched trainer (one vmapped computation over stacked clients), and (3) the
+throughput bound: ONE model doing S steps of batch K*B (the same samples).
+Ratios are measured side by side in one process.
+
+    python benchmarks/bench_local_training.py                 # CPU defaults
+    python benchmarks/bench_local_training.py --device cuda --clients 10 50 100 200
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+
+from mecsim.executors import train_batched
+from mecsim.models import build_model
+from mecsim.state import ModelState
+from mecsim.training import Schedule, train
+
+CASES = {
+    "cnn-small": ((1, 8, 8), 10),
+    "resnet18": ((3, 32, 32), 10),
+}
+
+
+def timed(fn, device: torch.device) -> float:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    start = time.perf_counter()
+    fn()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    return time.perf_counter() - start
+
+
+def bench(
+    model_name: str, clients: int, steps: int, batch: int, device: torch.device, repeat: int
+) -> dict:
+    shape, classes = CASES[model_name]
+    model = build_model(model_name, input_shape=shape, num_classes=classes, seed=0).to(device)
+    per_client = steps * batch
+    x = torch.randn(clients * per_client, *shape, device=device)
+    y = torch.randint(0, classes, (len(x),), device=device)
+    indices = [
+        torch.arange(i * per_client, (i + 1) * per_client, device=device) for i in range(clients)
+    ]
+    start = ModelState.of(model)
+    schedule = Schedule(steps=steps, batch_size=batch, lr=0.01, momentum=0.5)
+    bound_schedule = Schedule(steps=steps, batch_size=clients * batch, lr=0.01, momentum=0.5)
+    everything = torch.arange(len(x), device=device)
+
+    def gens():
+        return [torch.Generator(device=device).manual_seed(i) for i in range(clients)]
+
+    def serial():
+        for idx, g in zip(indices, gens(), strict=True):
+            train(model, start, x, y, idx, schedule, g)
+
+    def batched():
+        train_batched(model, [start] * clients, x, y, indices, schedule, gens())
+
+    def bound():
+        train(
+            model,
+            start,
+            x,
+            y,
+            everything,
+            bound_schedule,
+            torch.Generator(device=device).manual_seed(0),
+        )
+
+    for fn in (serial, batched, bound):  # warm-up (allocator, kernels)
+        fn()
+    best = {
+        name: min(timed(fn, device) for _ in range(repeat))
+        for name, fn in (("serial", serial), ("batched", batched), ("bound", bound))
+    }
+    return best
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--models", nargs="+", default=["cnn-small", "resnet18"])
+    parser.add_argument("--clients", nargs="+", type=int, default=[10, 50, 200])
+    parser.add_argument("--steps", type=int, default=20, help="SGD steps per client (cnn)")
+    parser.add_argument("--resnet-steps", type=int, default=1, help="SGD steps per client (resnet)")
+    parser.add_argument(
+        "--resnet-max-clients", type=int, default=50, help="skip larger resnet cases"
+    )
+    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+    device = torch.device(args.device)
+    print(f"device={device} torch={torch.__version__} threads={torch.get_num_threads()}")
+    print(
+        f"{'model':<10} {'clients':>7} {'steps':>5} {'serial s':>9} {'batched s':>9} {'bound s':>8}"
+        f" {'serial/batched':>14} {'batched/bound':>13}"
+    )
+    for name in args.models:
+        resnet = name.startswith("resnet")
+        steps = args.resnet_steps if resnet else args.steps
+        for k in args.clients:
+            if resnet and k > args.resnet_max_clients:
+                continue
+            t = bench(name, k, steps, args.batch, device, 1 if resnet else args.repeat)
+            print(
+                f"{name:<10} {k:>7} {steps:>5} {t['serial']:>9.3f} {t['batched']:>9.3f} {t['bound']:>8.3f}"
+                f" {t['serial'] / t['batched']:>13.2f}x {t['batched'] / t['bound']:>12.2f}x",
+                flush=True,
+            )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,126 @@
+"""Executors give the same results: serial (reference), batched (vmap), ray; cost-only timing."""
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from torch import nn
+
+import mecsim
+from mecsim.executors import train_batched
+from mecsim.state import ModelState
+from mecsim.training import Schedule, train
+
+
+def assert_states_close(a, b, atol=1e-5):
+    for name in a.params:
+        torch.testing.assert_close(a.params[name], b.params[name], rtol=1e-4, atol=atol)
+    for name in a.buffers:
+        torch.testing.assert_close(
+            a.buffers[name].float(), b.buffers[name].float(), rtol=1e-4, atol=atol
+        )
+
+
+def bn_model():
+    torch.manual_seed(0)
+    return nn.Sequential(
+        nn.Conv2d(1, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(), nn.Flatten(), nn.Linear(64, 5)
+    )
+
+
+def test_train_batched_equals_train_per_client_with_uneven_sample_counts():
+    model = bn_model()
+    g = torch.Generator().manual_seed(1)
+    x, y = torch.randn(200, 1, 4, 4, generator=g), torch.randint(0, 5, (200,), generator=g)
+    indices = [torch.arange(0, 40), torch.arange(40, 57), torch.arange(60, 160)]  # 3, 2 and 7 steps
+    starts = [ModelState.of(model) for _ in indices]
+    schedule = Schedule(epochs=1, batch_size=16, lr=0.1, momentum=0.9, weight_decay=1e-4)
+    anchor = {k: torch.zeros_like(v) for k, v in starts[0].params.items()}
+
+    def term(params, ctx):
+        return 0.01 * sum((params[k] - ctx[k]).pow(2).sum() for k in ctx)
+
+    gens = lambda: [torch.Generator().manual_seed(i) for i in range(3)]  # noqa: E731
+    batched = train_batched(model, starts, x, y, indices, schedule, gens(), term, [anchor] * 3)
+    serial = [
+        train(model, s, x, y, i, schedule, gen, term, anchor)
+        for s, i, gen in zip(starts, indices, gens(), strict=True)
+    ]
+
+    assert [r.steps for r in batched] == [r.steps for r in serial] == [3, 2, 7]
+    for b, s in zip(batched, serial, strict=True):
+        assert b.samples == s.samples
+        assert_states_close(b.state, s.state)
+
+
+@pytest.mark.parametrize("algorithm", ["fedavg", "fedprox", "local"])
+def test_batched_executor_equals_serial_on_a_batchnorm_cnn(tiny, algorithm):
+    overrides = [
+        f"algorithm.name={algorithm}",
+        "model.name=cnn-small-bn",
+        "algorithm.momentum=0.5",
+        "protocol.participation=0.75",
+    ]
+    serial = mecsim.run(tiny, overrides, executor="serial", write=False)
+    batched = mecsim.run(tiny, overrides, executor="batched", write=False)
+
+    pd.testing.assert_frame_equal(serial.events, batched.events)  # same times, bytes, FLOPs
+    np.testing.assert_allclose(
+        serial.rounds["personal_acc"], batched.rounds["personal_acc"], atol=0.02
+    )
+    if algorithm == "local":
+        for a, b in zip(serial.client_states, batched.client_states, strict=True):
+            assert_states_close(a["personal"], b["personal"])
+    else:
+        assert_states_close(serial.server_state["global"], batched.server_state["global"])
+
+
+def test_cost_only_mode_times_ten_thousand_clients_without_data(tiny):
+    overrides = {
+        "execution.cost_only": True,
+        "execution.accuracy_curve": [[0, 0.1], [2, 0.5]],
+        "clients.count": 10_000,
+        "clients.num_samples": {"dist": "uniform", "low": 20, "high": 200},
+        "protocol.rounds": 2,
+        "protocol.participation": 0.1,
+    }
+    result = mecsim.run(tiny, overrides, write=False)
+
+    uploads = result.events[result.events["phase"] == "upload"]
+    assert len(uploads) == 2 * 1000
+    model_bytes = uploads["bytes"].iloc[0]
+    assert (uploads["bytes"] == model_bytes).all() and model_bytes > 0
+    assert result.rounds["generic_acc"].tolist() == pytest.approx([0.3, 0.5])
+    compute = result.events[result.events["phase"] == "compute:local"]
+    assert (compute["flops"] > 0).all()
+
+
+def test_cost_only_flops_and_bytes_equal_a_real_run(tiny):
+    real = mecsim.run(tiny, executor="serial", write=False)
+    dry = mecsim.run(tiny, {"execution.cost_only": True}, write=False)
+
+    pd.testing.assert_frame_equal(real.events, dry.events)
+    assert dry.rounds["generic_acc"].isna().all()
+
+
+def test_ray_executor_equals_serial_on_a_local_ray_instance(tiny):
+    pytest.importorskip("ray")
+    import ray
+
+    overrides = {"execution.executor": "ray", "execution.ray_num_cpus": 2, "execution.ray_tasks": 2}
+    try:
+        distributed = mecsim.run(tiny, overrides, write=False)
+    finally:
+        ray.shutdown()
+    serial = mecsim.run(tiny, executor="serial", write=False)
+
+    pd.testing.assert_frame_equal(serial.events, distributed.events)
+    assert_states_close(serial.server_state["global"], distributed.server_state["global"])
+
+
+def test_batched_groups_can_be_capped_without_changing_results(tiny):
+    capped = mecsim.run(tiny, {"execution.max_batch_clients": 1}, write=False)
+    whole = mecsim.run(tiny, write=False)
+
+    pd.testing.assert_frame_equal(capped.events, whole.events)
+    assert_states_close(capped.server_state["global"], whole.server_state["global"])
