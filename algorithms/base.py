@@ -26,6 +26,7 @@ unchanged); the defaults are documented on each hook.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -61,6 +62,12 @@ class Upload:
     client: int
     payload: Payload
     num_samples: int
+    weight: float | None = None
+    """Aggregation weight; None means ``num_samples`` (async protocols set it)."""
+
+    @property
+    def aggregation_weight(self) -> float:
+        return self.num_samples if self.weight is None else self.weight
 
 
 class Algorithm:
@@ -71,10 +78,20 @@ class Algorithm:
     broadcast: ClassVar[bool] = True
     """True: one downlink payload for all selected clients; False: one per client."""
 
-    def __init__(self, settings: AlgorithmSettings, initial: ModelState) -> None:
-        """``initial``: the initial model, shared by server and clients (seeded)."""
+    def __init__(
+        self,
+        settings: AlgorithmSettings,
+        initial: ModelState,
+        label_counts: Sequence[Tensor] | None = None,
+    ) -> None:
+        """Args:
+        settings: the scenario's ``[algorithm]`` table, validated by ``Settings``.
+        initial: the initial model, shared by server and clients (seeded).
+        label_counts: each client's training label counts (None in cost-only runs).
+        """
         self.settings = settings
         self.initial = initial
+        self.label_counts = list(label_counts) if label_counts is not None else None
         uploading = [t.name for t in self.tasks]
         if not self.tasks:
             raise NotImplementedError(f"{type(self).__name__} declares no tasks")
@@ -96,6 +113,10 @@ class Algorithm:
     def downlink(self, server_state: ServerState, client: int | None) -> Payload | None:
         """What the server sends: ``client`` is None for a broadcast. Default: nothing."""
         return None
+
+    def receive(self, state: ClientState, payload: Payload) -> None:
+        """A client that runs no task this round received ``payload`` (wait-free
+        broadcasts to unselected clients). Default: ignore it."""
 
     def upload(self, client_state: ClientState) -> Payload | None:
         """What a client sends after its uploading task. Default: nothing."""

@@ -37,7 +37,9 @@ class FedAvg(Algorithm):
         return client_state["local"].to_payload()
 
     def aggregate(self, server_state: ServerState, uploads: list[Upload]) -> ServerState:
-        average = weighted_average([u.payload for u in uploads], [u.num_samples for u in uploads])
+        average = weighted_average(
+            [u.payload for u in uploads], [u.aggregation_weight for u in uploads]
+        )
         return {**server_state, "global": ModelState.from_payload(average, self.initial)}
 
     def generic_model(self, server_state: ServerState) -> ModelState:

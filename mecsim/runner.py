@@ -230,7 +230,12 @@ def run(
     meter = FlopMeter(model, data.input_shape)
     model.to("meta" if cost_only else torch_device)
     initial = ModelState.of(model)
-    algorithm = ALGORITHMS.get(sc.algorithm.name)(sc.algorithm, initial)
+    label_counts = None
+    if not cost_only:
+        label_counts = [
+            torch.bincount(data.y_train[i], minlength=data.num_classes) for i in data.train
+        ]
+    algorithm = ALGORITHMS.get(sc.algorithm.name)(sc.algorithm, initial, label_counts)
     ctx = TrainingContext(algorithm, model, meter, data.x_train, data.y_train, sc.seed)
     clients = build_clients(sc)
     num_train = [len(i) for i in data.train]
@@ -248,6 +253,7 @@ def run(
         evaluator=evaluator,
         protocol=sc.protocol,
         seed=sc.seed,
+        per_sample_flops=meter.per_sample,
     )
     show = sc.output.progress if progress is None else progress
     with tqdm(total=sc.protocol.rounds, desc=sc.name, unit="round", disable=not show) as bar:

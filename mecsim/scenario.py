@@ -54,9 +54,17 @@ class ModelConfig(Section):
 
 
 class ProtocolConfig(Section):
-    """When client work happens: rounds, participation, selection, evaluation cadence."""
+    """When client work happens: rounds, participation, selection, evaluation cadence.
 
-    kind: Literal["compute_and_wait"] = "compute_and_wait"
+    ``kind``: ``compute_and_wait`` (all tasks, upload, idle), ``wait_free``
+    (upload after the generic task, personalized training in the
+    communication window), ``deadline`` (semi-synchronous), ``fedasync`` and
+    ``fedbuff`` (asynchronous; a "round" is one server model update).
+    """
+
+    kind: Literal["compute_and_wait", "wait_free", "deadline", "fedasync", "fedbuff"] = (
+        "compute_and_wait"
+    )
     rounds: int = Field(default=20, ge=1)
     participation: float = Field(
         default=1.0, gt=0, le=1, description="fraction of clients selected per round, in (0, 1]"
@@ -66,6 +74,44 @@ class ProtocolConfig(Section):
     )
     selection: Literal["uniform", "data_size"] = "uniform"
     eval_every: int = Field(default=1, ge=1)
+    # wait-free
+    personal_budget: Literal["epochs", "window"] = Field(
+        default="epochs",
+        description="wait_free: a fixed E_p ('epochs') or train until the next model arrives ('window')",
+    )
+    max_personal_steps: int | None = Field(
+        default=None, ge=1, description="wait_free: cap on personalized steps in one window"
+    )
+    broadcast_unselected: bool = Field(
+        default=False,
+        description="wait_free, partial participation: send every new global model to all clients",
+    )
+    # semi-synchronous
+    deadline_s: float | None = Field(default=None, gt=0, description="deadline: round deadline, s")
+    late: Literal["drop", "carry"] = Field(
+        default="drop",
+        description="deadline: late uploads are dropped or carried into the next round",
+    )
+    # asynchronous
+    concurrency: int | None = Field(
+        default=None,
+        ge=1,
+        description="async: clients training at once (default: clients per round)",
+    )
+    mixing: float = Field(default=0.6, gt=0, le=1, description="fedasync: base mixing weight alpha")
+    staleness: Literal["constant", "polynomial", "hinge"] = "polynomial"
+    staleness_a: float = Field(default=0.5, ge=0, description="polynomial exponent / hinge slope")
+    staleness_b: float = Field(
+        default=4.0, ge=0, description="hinge: staleness tolerated at full weight"
+    )
+    buffer_size: int = Field(default=10, ge=1, description="fedbuff: arrivals per aggregation (K)")
+    server_lr: float = Field(default=1.0, gt=0, description="fedbuff: server learning rate")
+
+    @model_validator(mode="after")
+    def _deadline(self) -> ProtocolConfig:
+        if self.kind == "deadline" and self.deadline_s is None:
+            raise ValueError("protocol.kind = 'deadline' needs deadline_s (seconds)")
+        return self
 
 
 class LinkConfig(Section):

@@ -20,7 +20,7 @@ import numpy as np
 import simpy
 
 from mecsim.algorithms.base import Algorithm, Task, Upload
-from mecsim.cost import compute_cost, transmit_cost
+from mecsim.cost import BACKWARD_FACTOR, compute_cost, transmit_cost
 from mecsim.devices import DeviceProfile
 from mecsim.evaluation import Evaluation, Evaluator
 from mecsim.executors import ClientJob, Executor, JobResult
@@ -56,6 +56,7 @@ class Simulation:
         evaluator: Evaluator,
         protocol: ProtocolConfig,
         seed: int,
+        per_sample_flops: int = 0,
         on_round: Callable[[dict[str, Any]], None] | None = None,
     ) -> None:
         self.env = simpy.Environment()
@@ -69,27 +70,44 @@ class Simulation:
         self.evaluator = evaluator
         self.protocol = protocol
         self.seed = seed
+        self.per_sample_flops = per_sample_flops
         self.on_round = on_round
         self.recorder = Recorder()
         self.server_state = algorithm.init_server_state()
         self.client_states = [algorithm.init_client_state(c.id) for c in self.clients]
         self.last_evaluation: Evaluation | None = None
+        self.busy_until = [0.0] * len(self.clients)
+        """Per client: simulated time its current computation ends."""
+        self.ready_at = [0.0] * len(self.clients)
+        """Per client: simulated time its latest computed state is (or will be) complete."""
         self._totals = RoundTotals()
         self._wall_start = time.perf_counter()
         self._train_wall_s = 0.0
 
     # --- decisions -------------------------------------------------------------------
-    def select(self, round_: int) -> list[int]:
-        """Clients selected for ``round_`` (sorted), from the selection stream."""
+    @property
+    def clients_per_round(self) -> int:
+        """k: ``protocol.clients_per_round``, or the participation fraction of all clients."""
         n = len(self.clients)
-        k = self.protocol.clients_per_round or max(1, round(self.protocol.participation * n))
-        if k >= n:
-            return list(range(n))
+        return self.protocol.clients_per_round or max(1, round(self.protocol.participation * n))
+
+    def select(
+        self, round_: int, candidates: Sequence[int] | None = None, k: int | None = None
+    ) -> list[int]:
+        """``k`` clients (default: clients per round) for ``round_``, sorted, from the selection stream.
+
+        ``candidates`` restricts the choice (e.g. to idle clients).
+        """
+        pool = list(range(len(self.clients))) if candidates is None else sorted(candidates)
+        k = self.clients_per_round if k is None else k
+        if k >= len(pool):
+            return pool
         rng = numpy_rng(self.seed, "selection", round_)
         p = None
         if self.protocol.selection == "data_size":
-            p = np.asarray(self.num_samples, dtype=float) / sum(self.num_samples)
-        return sorted(int(c) for c in rng.choice(n, size=k, replace=False, p=p))
+            sizes = np.asarray([self.num_samples[c] for c in pool], dtype=float)
+            p = sizes / sizes.sum()
+        return sorted(pool[int(i)] for i in rng.choice(len(pool), size=k, replace=False, p=p))
 
     def payloads(self, selected: Sequence[int]) -> dict[int, Payload | None]:
         """The downlink payload of each selected client (one shared object if broadcast)."""
@@ -98,10 +116,28 @@ class Simulation:
             return {c: shared for c in selected}
         return {c: self.algorithm.downlink(self.server_state, c) for c in selected}
 
-    def execute(self, round_: int, payloads: dict[int, Payload | None]) -> dict[int, JobResult]:
-        """Run the selected clients' jobs now (real work; no simulated time passes)."""
+    def execute(
+        self,
+        round_: int,
+        payloads: dict[int, Payload | None],
+        tasks: tuple[str, ...] | None = None,
+        steps: dict[int, dict[str, int]] | None = None,
+    ) -> dict[int, JobResult]:
+        """Run clients' jobs now (real work; no simulated time passes).
+
+        ``tasks`` restricts the job to some of the algorithm's tasks and
+        ``steps[client]`` overrides their step counts (wait-free windows).
+        """
         jobs = [
-            ClientJob(c, round_, self.client_states[c], payload, self.train_indices[c])
+            ClientJob(
+                c,
+                round_,
+                self.client_states[c],
+                payload,
+                self.train_indices[c],
+                tasks,
+                (steps or {}).get(c, {}),
+            )
             for c, payload in payloads.items()
         ]
         started = time.perf_counter()
@@ -156,9 +192,17 @@ class Simulation:
         )
 
     def compute(self, round_: int, client: int, task: Task, flops: int) -> Process:
-        """Client runs one task: duration = metered FLOPs / device FLOP/s."""
+        """Client runs one task: duration = metered FLOPs / device FLOP/s.
+
+        A client computes one task at a time: the task starts when the
+        client's previous computation has finished (wait-free training can
+        still be busy with the personalized task when the next model arrives).
+        """
         seconds, energy = compute_cost(flops, self.clients[client].device)
+        if self.busy_until[client] > self.env.now:
+            yield self.env.timeout(self.busy_until[client] - self.env.now)
         start = self.env.now
+        self.busy_until[client] = self.ready_at[client] = start + seconds
         yield self.env.timeout(seconds)
         self.recorder.event(
             round_,
@@ -204,8 +248,15 @@ class Simulation:
         )
 
     # --- bookkeeping -----------------------------------------------------------------
-    def end_round(self, round_: int, round_start: float, selected: Sequence[int]) -> None:
-        """Evaluate (every ``eval_every`` rounds and at the end) and record the round row."""
+    def end_round(
+        self, round_: int, round_start: float, selected: Sequence[int], **extra: Any
+    ) -> None:
+        """Evaluate (every ``eval_every`` rounds and at the end) and record the round row.
+
+        ``t_personal`` is when the evaluated personalized models are all
+        complete: after ``t_end`` when wait-free personal training outlasts
+        the round. ``extra`` adds protocol-specific columns.
+        """
         last = round_ == self.protocol.rounds - 1
         evaluation = None
         if (round_ + 1) % self.protocol.eval_every == 0 or last:
@@ -219,6 +270,7 @@ class Simulation:
             "round": round_,
             "t_start": round_start,
             "t_end": self.env.now,
+            "t_personal": max(self.env.now, max(self.ready_at, default=0.0)),
             "num_selected": len(selected),
             "generic_acc": evaluation.generic_acc if evaluation else nan,
             "personal_acc": evaluation.personal_acc if evaluation else nan,
@@ -227,6 +279,7 @@ class Simulation:
             "bytes_down": self._totals.bytes_down,
             "wall_s": now - self._wall_start,
             "wall_train_s": self._train_wall_s,
+            **extra,
         }
         self.recorder.round(**row)
         self._totals = RoundTotals()
@@ -234,6 +287,32 @@ class Simulation:
         self._train_wall_s = 0.0
         if self.on_round is not None:
             self.on_round(row)
+
+    def record_compute(
+        self, round_: int, client: int, task: Task, flops: int, start: float
+    ) -> float:
+        """Log a computation that ran (or runs) from ``start`` without a process; return its end.
+
+        Used for wait-free windows, whose size is fixed only when they close.
+        """
+        seconds, energy = compute_cost(flops, self.clients[client].device)
+        end = start + seconds
+        self.busy_until[client] = max(self.busy_until[client], end)
+        self.ready_at[client] = end
+        self.recorder.event(
+            round_, client, f"compute:{task.name}", start, end, flops=flops, energy_j=energy
+        )
+        return end
+
+    def step_seconds(self, client: int, task: Task) -> float:
+        """Simulated seconds of one SGD step of ``task`` on ``client``'s device."""
+        schedule = self.algorithm.schedule(task)
+        batch = min(schedule.batch_size, self.num_samples[client])
+        extra = self.algorithm.extra_flops(
+            task, self.algorithm.initial, 2
+        ) - self.algorithm.extra_flops(task, self.algorithm.initial, 1)
+        flops = batch * self.per_sample_flops * BACKWARD_FACTOR + extra
+        return flops / self.clients[client].device.flops_per_s
 
     def run(self, protocol_process: Callable[[Simulation], Process]) -> None:
         """Run ``protocol_process`` (a server process) to completion.
@@ -246,7 +325,7 @@ class Simulation:
         """
         gc.freeze()
         try:
-            self.env.process(protocol_process(self))
-            self.env.run()
+            # stop when the protocol is done (asynchronous clients may still be busy)
+            self.env.run(until=self.env.process(protocol_process(self)))
         finally:
             gc.unfreeze()

@@ -99,8 +99,14 @@ def classification_loss(
     context: TensorDict,
     term: LossTerm | None,
 ) -> Tensor:
-    """Cross-entropy of ``model`` with ``params``/``buffers`` on (x, y), plus ``term``."""
+    """Cross-entropy of ``model`` with ``params``/``buffers`` on (x, y), plus ``term``.
+
+    A ``logit_bias`` entry in ``context`` is added to the logits before the
+    cross-entropy (logit adjustment, e.g. FedRoD's balanced softmax).
+    """
     logits = functional_call(model, (params, buffers), (x,))
+    if "logit_bias" in context:
+        logits = logits + context["logit_bias"]
     loss = F.cross_entropy(logits, y)
     if term is not None:
         loss = loss + term(params, context)

@@ -10,6 +10,7 @@ how they train a list of (start state, data) pairs for one task: see
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -21,7 +22,7 @@ from mecsim.algorithms.base import Algorithm, ClientState, Task
 from mecsim.cost import FlopMeter
 from mecsim.rng import torch_generator
 from mecsim.state import ModelState, Payload, TensorDict
-from mecsim.training import TrainResult
+from mecsim.training import Schedule, TrainResult
 
 
 @dataclass
@@ -33,6 +34,13 @@ class ClientJob:
     state: ClientState
     payload: Payload | None
     train_indices: Tensor
+    tasks: tuple[str, ...] | None = None
+    """Names of the tasks to run (None: all, in the algorithm's order)."""
+    steps: dict[str, int] = field(default_factory=dict)
+    """Per-task SGD step counts overriding the algorithm's schedule (wait-free windows)."""
+
+    def runs(self, task: Task) -> bool:
+        return self.tasks is None or task.name in self.tasks
 
 
 @dataclass
@@ -63,6 +71,7 @@ class TaskBatch:
     """The inputs of one task for several jobs, aligned by position."""
 
     task: Task
+    schedule: Schedule
     jobs: Sequence[ClientJob]
     starts: Sequence[ModelState]
     contexts: Sequence[TensorDict]
@@ -88,29 +97,41 @@ TrainMany = Callable[[TaskBatch], list[TrainResult]]
 def run_tasks(
     jobs: Sequence[ClientJob], ctx: TrainingContext, train_many: TrainMany
 ) -> list[JobResult]:
-    """Run the algorithm's tasks, in order, for every job; ``train_many`` does the training."""
+    """Run the algorithm's tasks, in order, for every job; ``train_many`` does the training.
+
+    For each task, the jobs that run it are grouped by their effective
+    schedule (a job may override a task's step count) and trained group by group.
+    """
     algorithm = ctx.algorithm
     states = [dict(job.state) for job in jobs]
     results = [JobResult(job.client, state, None) for job, state in zip(jobs, states, strict=True)]
     for task in algorithm.tasks:
-        batch = TaskBatch(
-            task,
-            jobs,
-            [algorithm.begin_task(task, s, j.payload) for j, s in zip(jobs, states, strict=True)],
-            [algorithm.task_context(task, s, j.payload) for j, s in zip(jobs, states, strict=True)],
-            ctx.seed,
-            ctx.x.device,
-        )
-        trained = train_many(batch) if jobs else []
-        for result, state, start, outcome in zip(
-            results, states, batch.starts, trained, strict=True
-        ):
-            algorithm.end_task(task, state, outcome.state)
-            extra = algorithm.extra_flops(task, start, outcome.steps)
-            result.task_flops[task.name] = outcome.flops + extra
-            result.task_steps[task.name] = outcome.steps
-            if task.uploads:
-                result.upload = algorithm.upload(state)
+        default = algorithm.schedule(task)
+        groups: dict[Schedule, list[int]] = {}
+        for i, job in enumerate(jobs):
+            if job.runs(task):
+                steps = job.steps.get(task.name)
+                schedule = default if steps is None else dataclasses.replace(default, steps=steps)
+                groups.setdefault(schedule, []).append(i)
+        for schedule, members in groups.items():
+            batch = TaskBatch(
+                task,
+                schedule,
+                [jobs[i] for i in members],
+                [algorithm.begin_task(task, states[i], jobs[i].payload) for i in members],
+                [algorithm.task_context(task, states[i], jobs[i].payload) for i in members],
+                ctx.seed,
+                ctx.x.device,
+            )
+            for i, start, outcome in zip(members, batch.starts, train_many(batch), strict=True):
+                algorithm.end_task(task, states[i], outcome.state)
+                result = results[i]
+                result.task_flops[task.name] = outcome.flops + algorithm.extra_flops(
+                    task, start, outcome.steps
+                )
+                result.task_steps[task.name] = outcome.steps
+                if task.uploads:
+                    result.upload = algorithm.upload(states[i])
     return results
 
 

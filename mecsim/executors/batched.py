@@ -133,7 +133,7 @@ def train_grouped(
     ``max_clients`` caps a group's size (larger groups are split) to bound memory.
     """
     algorithm = ctx.algorithm
-    schedule = algorithm.schedule(batch.task)
+    schedule = batch.schedule
     by_size: dict[int, list[int]] = defaultdict(list)
     for position, job in enumerate(batch.jobs):
         by_size[min(schedule.batch_size, len(job.train_indices))].append(position)

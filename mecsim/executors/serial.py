@@ -11,7 +11,7 @@ from mecsim.training import TrainResult, train
 def train_serially(ctx: TrainingContext, batch: TaskBatch) -> list[TrainResult]:
     """Train each job of ``batch`` in turn with the shared trainer."""
     algorithm = ctx.algorithm
-    schedule = algorithm.schedule(batch.task)
+    schedule = batch.schedule
     term = algorithm.loss_term(batch.task)
     results = []
     for job, start, context, generator in zip(

@@ -1,0 +1,72 @@
+"""PFL+ base: one generic model shared through the server, one personalized model per client.
+
+Every round each client runs two tasks (Algorithm 1 of Chen et al. 2023):
+
+1. ``generic`` — train the received global model w_G^{t-1} into w_{G,i}^t;
+   this task produces the upload;
+2. ``personal`` — train the client's own w_{p,i}^{t-1} into w_{p,i}^t.
+
+Compute-and-wait runs both, then uploads; wait-free uploads after
+``generic`` and trains ``personal`` during the communication window. The
+server aggregates the generic models as FedAvg does. Subclasses (Ditto,
+FedRoD, spectral co-distillation) add loss terms; none has protocol code.
+"""
+
+from __future__ import annotations
+
+from mecsim.algorithms.base import ClientState, Task
+from mecsim.algorithms.fedavg import FedAvg
+from pydantic import Field
+
+from mecsim.scenario import AlgorithmSettings
+from mecsim.state import ModelState, Payload
+from mecsim.training import Schedule
+
+
+class PFLPlusSettings(AlgorithmSettings):
+    """Generic-model training uses ``epochs``/``steps``/``lr``; the personal task its own."""
+
+    personal_epochs: int = Field(
+        default=1, ge=1, description="E_p: local epochs of the personal task"
+    )
+    personal_steps: int | None = Field(default=None, ge=1, description="overrides personal_epochs")
+    personal_lr: float | None = Field(default=None, gt=0, description="eta_p (default: lr)")
+
+
+class PFLPlus(FedAvg):
+    """FedAvg on the generic model plus a personalized model per client (no coupling term)."""
+
+    Settings = PFLPlusSettings
+    tasks = (Task("generic", model="generic", uploads=True), Task("personal", model="personal"))
+
+    def init_client_state(self, client: int) -> ClientState:
+        return {"personal": self.initial.clone()}
+
+    def schedule(self, task: Task) -> Schedule:
+        base = super().schedule(task)
+        if task.name != "personal":
+            return base
+        s = self.settings
+        return Schedule(
+            s.personal_epochs,
+            s.personal_steps,
+            s.batch_size,
+            s.personal_lr or s.lr,
+            s.momentum,
+            s.weight_decay,
+        )
+
+    def begin_task(self, task: Task, state: ClientState, payload: Payload | None) -> ModelState:
+        if task.name == "generic":
+            return super().begin_task(task, state, payload)
+        return state["personal"]
+
+    def receive(self, state: ClientState, payload: Payload) -> None:
+        """Keep the latest global model as the generic reference of the personal task."""
+        state["generic"] = ModelState.from_payload(payload, self.initial)
+
+    def upload(self, client_state: ClientState) -> Payload:
+        return client_state["generic"].to_payload()
+
+    def personal_model(self, client_state: ClientState, server_state: dict) -> ModelState:
+        return client_state["personal"]

@@ -1,0 +1,65 @@
+"""Spectral co-distillation (Chen et al., NeurIPS 2023), Algorithm 1.
+
+Weight vector and spectrum: see :mod:`mecsim.algorithms.spectral` (one
+flattened vector of all trainable parameters, |FFT| normalized to sum 1).
+
+* Generic task, eq. (5) — GMUpdate from w_G^{t-1}:
+  ``L^G = CE(w_G,i) + lambda_g D( s_tau(w_G,i) || s_tau(w_p,i^{t-1}) )``,
+  the truncated spectra (first ceil(tau d) entries, tau = 0.4) of the generic
+  model and of the client's personal model *before* this round.
+* Personal task, eq. (4) — PMUpdate from w_p,i^{t-1}:
+  ``L^p = CE(w_p,i) + lambda_p D( s(w_p,i) || s(w_G,i^t) )``, the full spectra
+  of the personal model and of this round's *updated* generic model.
+
+The target spectrum of each term is a constant of the task, computed once
+in :meth:`task_context`; the trainable model's spectrum is recomputed every
+step with gradients. Defaults: tau 0.4, lambda_g 0.05, lambda_p 0.01 (the
+best values of Tables 6-8 on CIFAR-10).
+"""
+
+from __future__ import annotations
+
+from mecsim.algorithms.base import ClientState, Task
+from mecsim.algorithms.pflplus import PFLPlus, PFLPlusSettings
+from mecsim.algorithms.spectral import divergence, fft_flops, flatten_weights, spectrum
+from pydantic import Field
+
+from mecsim.state import ModelState, Payload, TensorDict
+from mecsim.training import LossTerm
+
+
+class SCDSettings(PFLPlusSettings):
+    tau: float = Field(default=0.4, gt=0, le=1, description="truncation ratio of eq. (5)")
+    lambda_g: float = Field(default=0.05, ge=0, description="weight of the generic term, eq. (5)")
+    lambda_p: float = Field(default=0.01, ge=0, description="weight of the personal term, eq. (4)")
+
+
+class SCD(PFLPlus):
+    """Spectral co-distillation: generic and personal models distil each other's spectra."""
+
+    Settings = SCDSettings
+
+    def _tau(self, task: Task) -> float:
+        return self.settings.tau if task.name == "generic" else 1.0
+
+    def task_context(self, task: Task, state: ClientState, payload: Payload | None) -> TensorDict:
+        names = list(self.initial.params)
+        # eq. (5): the personal model before this round; eq. (4): the updated generic model
+        teacher = state["personal"] if task.name == "generic" else state["generic"]
+        return {"target": spectrum(flatten_weights(teacher.params, names), self._tau(task))}
+
+    def loss_term(self, task: Task) -> LossTerm:
+        names = list(self.initial.params)
+        tau = self._tau(task)
+        weight = self.settings.lambda_g if task.name == "generic" else self.settings.lambda_p
+
+        def spectral_term(params: TensorDict, context: TensorDict):
+            student = spectrum(flatten_weights(params, names), tau)
+            return weight * divergence(student, context["target"])
+
+        return spectral_term
+
+    def extra_flops(self, task: Task, start: ModelState, steps: int) -> int:
+        # per step: FFT of the weights forward and its gradient (~2 FFTs), plus the KL
+        d = start.num_params()
+        return steps * (2 * fft_flops(d) + 10 * d) + fft_flops(d)  # + the target, once

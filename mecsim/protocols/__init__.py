@@ -1,0 +1,7 @@
+"""Protocols decide when client work and communication happen; one server process each."""
+
+from mecsim.protocols.asynchronous import fedasync, fedbuff
+from mecsim.protocols.registry import PROTOCOLS
+from mecsim.protocols.synchronous import compute_and_wait, deadline, wait_free
+
+__all__ = ["PROTOCOLS", "compute_and_wait", "deadline", "fedasync", "fedbuff", "wait_free"]

@@ -1,0 +1,155 @@
+"""Asynchronous protocols driven by the event clock: FedAsync and FedBuff.
+
+Up to ``concurrency`` clients train at once. A client starts by downloading
+the *current* global model (version v), runs all of its tasks, and uploads;
+its start, finish and arrival times come from the cost model at the moment
+it starts, never from knowing the future. The server handles arrivals one at
+a time, in arrival order; one "round" of the rounds table is one server
+update. When a client's upload has arrived, the next client (chosen
+uniformly among idle clients from the selection stream) starts.
+
+* FedAsync (Xie et al. 2019): on each arrival, ``w <- (1 - a) w + a w_i`` with
+  ``a = mixing * S(staleness)``, staleness = updates since version v, and
+  ``S`` constant (1), polynomial ``(s + 1)^-a``, or hinge (1 if s <= b else
+  ``1 / (a (s - b) + 1)``).
+* FedBuff (Nguyen et al. 2022): arrivals are buffered; every ``buffer_size``
+  arrivals the server averages them (weighted by samples) and moves the
+  global model toward that average with ``server_lr``.
+
+Both mix through the algorithm's own ``aggregate`` with explicit weights, so
+they apply to algorithms whose upload is a full model (FedAvg, FedProx and
+the PFL+ algorithms).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import simpy
+
+from mecsim.algorithms.base import Upload
+from mecsim.protocols.registry import PROTOCOLS
+from mecsim.recorder import SERVER
+from mecsim.scenario import ProtocolConfig
+from mecsim.simulation import Process, Simulation
+
+
+def staleness_weight(staleness: int, protocol: ProtocolConfig) -> float:
+    """S(s): FedAsync's staleness function (constant, polynomial or hinge)."""
+    a, b = protocol.staleness_a, protocol.staleness_b
+    if protocol.staleness == "constant":
+        return 1.0
+    if protocol.staleness == "polynomial":
+        return (staleness + 1) ** -a
+    return 1.0 if staleness <= b else 1.0 / (a * (staleness - b) + 1.0)
+
+
+@dataclass(frozen=True)
+class Arrival:
+    """An upload that reached the server."""
+
+    upload: Upload
+    version: int
+    arrived_at: float
+    job: int
+
+
+class _AsyncServer:
+    """State shared by the server process and the client processes."""
+
+    def __init__(self, sim: Simulation) -> None:
+        self.sim = sim
+        self.version = 0
+        self.jobs = 0
+        self.idle = set(range(len(sim.clients)))
+        self.inbox = simpy.Store(sim.env)
+
+    def start_next(self) -> None:
+        """Start one idle client (uniformly chosen) on the current global model."""
+        if not self.idle:
+            return
+        (client,) = self.sim.select(self.jobs, sorted(self.idle), k=1)
+        self.idle.discard(client)
+        self.sim.env.process(self._client(client, self.jobs))
+        self.jobs += 1
+
+    def _client(self, client: int, job: int) -> Process:
+        sim = self.sim
+        version = self.version
+        payload = sim.algorithm.downlink(sim.server_state, client)
+        transfer = sim.downlink_transfers(job, {client: payload})[client]
+        result = sim.execute(job, {client: payload})[client]
+        yield from sim.download(job, transfer)
+        for task in sim.algorithm.tasks:
+            yield from sim.compute(job, client, task, result.task_flops[task.name])
+        sim.client_states[client] = result.state
+        if result.upload is not None:
+            yield from sim.upload(job, client, result.upload)
+            upload = Upload(client, result.upload, sim.num_samples[client])
+            yield self.inbox.put(Arrival(upload, version, sim.env.now, job))
+        self.idle.add(client)
+        self.start_next()
+
+    def mix(self, update: int, upload: Upload, weight: float) -> Process:
+        """``w <- (1 - weight) w + weight * upload`` through the algorithm's aggregate."""
+        sim = self.sim
+        current = sim.algorithm.downlink(sim.server_state, None)
+        uploads = [
+            Upload(SERVER, current, 0, weight=1.0 - weight),
+            Upload(upload.client, upload.payload, upload.num_samples, weight=weight),
+        ]
+        yield from sim.aggregate(update, uploads)
+
+
+def _run(sim: Simulation, buffered: bool) -> Process:
+    p = sim.protocol
+    server = _AsyncServer(sim)
+    for _ in range(p.concurrency or sim.clients_per_round):
+        server.start_next()
+    buffer: list[Arrival] = []
+    update = 0
+    while update < p.rounds:
+        start = sim.env.now
+        arrival: Arrival = yield server.inbox.get()
+        staleness = server.version - arrival.version
+        if buffered:
+            buffer.append(arrival)
+            if len(buffer) < p.buffer_size:
+                continue
+            uploads = sorted((a.upload for a in buffer), key=lambda u: u.client)
+            average = sim.algorithm.aggregate(sim.server_state, uploads)
+            pseudo = Upload(SERVER, sim.algorithm.downlink(average, None), 0)
+            yield from server.mix(update, pseudo, p.server_lr)
+            extra = {
+                "buffered": len(buffer),
+                "max_staleness": max(server.version - a.version for a in buffer),
+            }
+            buffer = []
+        else:
+            weight = p.mixing * staleness_weight(staleness, p)
+            yield from server.mix(update, arrival.upload, weight)
+            extra = {"weight": weight}
+        server.version += 1
+        sim.end_round(
+            update,
+            start,
+            [arrival.upload.client],
+            applied_client=arrival.upload.client,
+            staleness=staleness,
+            arrived_at=arrival.arrived_at,
+            applied_at=sim.env.now,
+            **extra,
+        )
+        update += 1
+
+
+@PROTOCOLS.register("fedasync", "asynchronous: mix each arrival with staleness weight (FedAsync)")
+def fedasync(sim: Simulation) -> Process:
+    """Server process of FedAsync."""
+    yield from _run(sim, buffered=False)
+
+
+@PROTOCOLS.register("fedbuff", "asynchronous: aggregate every K arrivals (FedBuff)")
+def fedbuff(sim: Simulation) -> Process:
+    """Server process of FedBuff."""
+    yield from _run(sim, buffered=True)

@@ -1,0 +1,273 @@
+"""Synchronous protocols: compute-and-wait, wait-free, and semi-synchronous deadline rounds.
+
+* ``compute_and_wait``: the server selects clients and sends the downlink;
+  each selected client downloads, runs all of its tasks, uploads, then idles
+  until the next broadcast; the server aggregates when the last selected
+  upload has arrived.
+* ``wait_free`` (Chen et al. 2023, Sec. 3.4, Fig. 2b): a client uploads
+  right after the task marked ``uploads`` (the generic model) and runs the
+  remaining tasks (the personalized model) during the communication
+  window. Budget ``epochs``: the personal task has its fixed schedule; if it
+  outlasts the window, the client starts the next round late. Budget
+  ``window``: the personal task trains until the next global model arrives;
+  its step count is ``floor(window / step time)``, capped by
+  ``max_personal_steps``, and it runs when the window closes (the window
+  length is known then). Partial participation (appendix F): with
+  ``broadcast_unselected`` every client receives each new global model;
+  otherwise an unselected client's window stays open until it next receives
+  one, so set ``max_personal_steps`` to bound it.
+* ``deadline``: the server aggregates what has arrived ``deadline_s`` after
+  the round started; late uploads are dropped or carried into the next
+  round's aggregation (``late``), and busy clients are not selected.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import simpy
+
+from mecsim.algorithms.base import Task, Upload
+from mecsim.errors import ConfigError
+from mecsim.executors import JobResult
+from mecsim.network import Transfer
+from mecsim.protocols.registry import PROTOCOLS
+from mecsim.simulation import Process, Simulation
+
+
+def _compute_tasks(
+    sim: Simulation, round_: int, result: JobResult, tasks: Sequence[Task]
+) -> Process:
+    for task in tasks:
+        if task.name in result.task_flops:
+            yield from sim.compute(round_, result.client, task, result.task_flops[task.name])
+
+
+def _upload(sim: Simulation, round_: int, result: JobResult, arrived: list[Upload]) -> Process:
+    if result.upload is not None:
+        yield from sim.upload(round_, result.client, result.upload)
+        arrived.append(Upload(result.client, result.upload, sim.num_samples[result.client]))
+
+
+def _start_round(sim: Simulation, round_: int, selected: Sequence[int]):
+    payloads = sim.payloads(selected)
+    return payloads, sim.downlink_transfers(round_, payloads)
+
+
+def _caw_client(
+    sim: Simulation, round_: int, transfer: Transfer, result: JobResult, arrived: list[Upload]
+) -> Process:
+    """Download, every task in order, then upload."""
+    yield from sim.download(round_, transfer)
+    yield from _compute_tasks(sim, round_, result, sim.algorithm.tasks)
+    yield from _upload(sim, round_, result, arrived)
+    sim.client_states[result.client] = result.state
+
+
+def _aggregate(sim: Simulation, round_: int, arrived: list[Upload]) -> Process:
+    if arrived:
+        arrived.sort(key=lambda u: u.client)  # order-independent floating-point sums
+        yield from sim.aggregate(round_, arrived)
+
+
+@PROTOCOLS.register(
+    "compute_and_wait", "synchronous rounds: download, compute all tasks, upload, wait"
+)
+def compute_and_wait(sim: Simulation) -> Process:
+    """Server process of synchronous compute-and-wait rounds."""
+    env = sim.env
+    for round_ in range(sim.protocol.rounds):
+        round_start = env.now
+        selected = sim.select(round_)
+        payloads, transfers = _start_round(sim, round_, selected)
+        results = sim.execute(round_, payloads)
+        arrived: list[Upload] = []
+        yield env.all_of(
+            [
+                env.process(_caw_client(sim, round_, transfers[c], results[c], arrived))
+                for c in selected
+            ]
+        )
+        yield from _aggregate(sim, round_, arrived)
+        sim.end_round(round_, round_start, selected)
+
+
+@dataclass
+class _Windows:
+    """Open personalized-training windows (budget ``window``): client -> (round, start time)."""
+
+    open: dict[int, tuple[int, float]] = field(default_factory=dict)
+
+
+def _split_tasks(sim: Simulation) -> tuple[tuple[Task, ...], tuple[Task, ...]]:
+    tasks = sim.algorithm.tasks
+    marks = [i for i, t in enumerate(tasks) if t.uploads]
+    if not marks:
+        raise ConfigError(
+            "protocol.kind",
+            f"wait_free needs an algorithm with an uploading task; {sim.algorithm.settings.name!r} has none",
+        )
+    return tasks[: marks[0] + 1], tasks[marks[0] + 1 :]
+
+
+def _close_windows(
+    sim: Simulation, windows: _Windows, closes: dict[int, float], late: tuple[Task, ...]
+) -> None:
+    """Run the personalized work of windows that close at the given times (budget ``window``)."""
+    cap = sim.protocol.max_personal_steps
+    steps: dict[int, dict[str, int]] = {}
+    for client, end in closes.items():
+        if client not in windows.open:
+            continue
+        _, start = windows.open[client]
+        per_task: dict[str, int] = {}
+        remaining = end - start
+        for task in late:
+            n = int(remaining // sim.step_seconds(client, task))
+            n = min(n, cap) if cap is not None else n
+            per_task[task.name] = n
+            remaining -= n * sim.step_seconds(client, task)
+        steps[client] = per_task
+    # one job per (round, tasks with steps): a task with zero steps is not run at all
+    groups: dict[tuple[int, tuple[str, ...]], list[int]] = {}
+    for client, per_task in steps.items():
+        names = tuple(name for name, n in per_task.items() if n > 0)
+        if names:
+            groups.setdefault((windows.open[client][0], names), []).append(client)
+    for (round_, names), clients in sorted(groups.items()):
+        results = sim.execute(round_, dict.fromkeys(clients), tasks=names, steps=steps)
+        for client, result in results.items():
+            start = windows.open[client][1]
+            for task in late:
+                if task.name in result.task_flops:
+                    start = sim.record_compute(
+                        round_, client, task, result.task_flops[task.name], start
+                    )
+            sim.client_states[client] = result.state
+    for client in steps:
+        del windows.open[client]
+
+
+def _wf_client(
+    sim: Simulation,
+    round_: int,
+    transfer: Transfer,
+    result: JobResult,
+    early: tuple[Task, ...],
+    late: tuple[Task, ...],
+    windows: _Windows | None,
+    arrived: list[Upload],
+    personal: list[simpy.Process],
+) -> Process:
+    """Download, the tasks up to the upload, then upload while the personalized tasks run."""
+    client = result.client
+    yield from sim.download(round_, transfer)
+    yield from _compute_tasks(sim, round_, result, early)
+    if windows is not None:
+        windows.open[client] = (round_, sim.env.now)
+    else:
+        personal.append(sim.env.process(_compute_tasks(sim, round_, result, late)))
+    sim.client_states[client] = result.state
+    yield from _upload(sim, round_, result, arrived)
+
+
+@PROTOCOLS.register(
+    "wait_free", "upload after the generic task; personalized training in the window"
+)
+def wait_free(sim: Simulation) -> Process:
+    """Server process of wait-free rounds (see the module docstring)."""
+    env, p = sim.env, sim.protocol
+    early, late = _split_tasks(sim)
+    windows = _Windows() if p.personal_budget == "window" else None
+    early_names = tuple(t.name for t in early) if windows is not None else None
+    personal: list[simpy.Process] = []
+    everyone = range(len(sim.clients))
+    for round_ in range(p.rounds):
+        round_start = env.now
+        selected = sim.select(round_)
+        receivers = list(everyone) if p.broadcast_unselected else selected
+        payloads, transfers = _start_round(sim, round_, receivers)
+        if windows is not None:  # a window closes when the client's next model has arrived
+            _close_windows(
+                sim, windows, {c: round_start + transfers[c].duration_s for c in receivers}, late
+            )
+        results = sim.execute(round_, {c: payloads[c] for c in selected}, tasks=early_names)
+        arrived: list[Upload] = []
+        clients = [
+            env.process(
+                _wf_client(
+                    sim, round_, transfers[c], results[c], early, late, windows, arrived, personal
+                )
+            )
+            for c in selected
+        ]
+        for c in set(receivers) - set(selected):  # appendix F (a): unselected clients get the model
+            clients.append(env.process(_receive(sim, round_, transfers[c], payloads[c], windows)))
+        yield env.all_of(clients)
+        yield from _aggregate(sim, round_, arrived)
+        if round_ == p.rounds - 1:
+            if windows is not None:  # the last windows close when the run ends
+                _close_windows(sim, windows, dict.fromkeys(list(windows.open), env.now), late)
+            else:
+                yield env.all_of(personal)  # let the last personalized tasks finish
+        sim.end_round(round_, round_start, selected, t_round_end=env.now)
+
+
+def _receive(
+    sim: Simulation, round_: int, transfer: Transfer, payload, windows: _Windows | None
+) -> Process:
+    """An unselected client receives the broadcast and (window budget) opens a new window."""
+    yield from sim.download(round_, transfer)
+    if payload is not None:
+        sim.algorithm.receive(sim.client_states[transfer.client], payload)
+        if windows is not None:
+            windows.open[transfer.client] = (round_, sim.env.now)
+
+
+@PROTOCOLS.register("deadline", "semi-synchronous: aggregate what arrived by the round deadline")
+def deadline(sim: Simulation) -> Process:
+    """Server process of deadline rounds (see the module docstring)."""
+    env, p = sim.env, sim.protocol
+    busy: set[int] = set()
+    carried: list[Upload] = []
+    for round_ in range(p.rounds):
+        round_start = env.now
+        idle = [c for c in range(len(sim.clients)) if c not in busy]
+        selected = sim.select(round_, idle) if idle else []
+        payloads, transfers = _start_round(sim, round_, selected)
+        results = sim.execute(round_, payloads)
+        arrived: list[Upload] = []
+        procs = [
+            env.process(_deadline_client(sim, round_, transfers[c], results[c], arrived, busy))
+            for c in selected
+        ]
+        busy.update(selected)
+        yield (
+            env.any_of([env.all_of(procs), env.timeout(p.deadline_s)])
+            if procs
+            else env.timeout(p.deadline_s)
+        )
+        on_time = list(arrived)
+        late = [c for c in selected if c not in {u.client for u in on_time}]
+        if p.late == "carry":
+            for proc, c in zip(procs, selected, strict=True):
+                if c in late:
+                    proc.callbacks.append(
+                        lambda _, a=arrived, c=c: carried.extend(u for u in a if u.client == c)
+                    )
+        uploads, carried[:] = carried + on_time, []
+        yield from _aggregate(sim, round_, uploads)
+        sim.end_round(round_, round_start, selected, on_time=len(on_time), late=len(late))
+
+
+def _deadline_client(
+    sim: Simulation,
+    round_: int,
+    transfer: Transfer,
+    result: JobResult,
+    arrived: list[Upload],
+    busy: set[int],
+) -> Process:
+    yield from _caw_client(sim, round_, transfer, result, arrived)
+    busy.discard(result.client)
