@@ -54,6 +54,29 @@ def _parser() -> argparse.ArgumentParser:
         "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE"
     )
 
+    cmp = commands.add_parser(
+        "compare", help="compare run directories (or run a sweep first): time to target, speedups"
+    )
+    cmp.add_argument("runs", nargs="*", help="run directories to compare")
+    cmp.add_argument(
+        "--scenario", help="run this scenario's sweep first ([compare] sweep or --sweep)"
+    )
+    cmp.add_argument(
+        "--sweep",
+        action="append",
+        default=[],
+        metavar="KEY=V1,V2",
+        help="sweep values of a key, e.g. --sweep protocol.kind=compute_and_wait,wait_free",
+    )
+    cmp.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    cmp.add_argument(
+        "--targets", help="accuracy targets, e.g. 0.4,0.8 (default: [compare] targets)"
+    )
+    cmp.add_argument(
+        "--out", required=True, help="directory for the comparison (runs go in OUT/runs)"
+    )
+    cmp.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+
     listing = commands.add_parser("list", help="list registered names")
     listing.add_argument("kind", choices=LISTABLE)
     return parser
@@ -80,6 +103,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return 2
             sys.stdout.write(f"{args.scenario}: ok\n")
             return 0
+        if args.command == "compare":
+            return _compare(args)
         from mecsim.runner import run
 
         result = run(
@@ -103,6 +128,48 @@ def main(argv: Sequence[str] | None = None) -> int:
     except MecsimError as error:
         sys.stderr.write(f"error: {error}\n")
         return 2
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from mecsim.comparison import compare, run_sweep
+    from mecsim.errors import ConfigError
+    from mecsim.scenario import load_scenario, parse_override
+
+    runs = [Path(r) for r in args.runs]
+    targets = None
+    if args.scenario:
+        sweep = {}
+        for item in args.sweep:
+            key, raw = parse_override(item)
+            values = (
+                raw
+                if isinstance(raw, list)
+                else [parse_override(f"v={v}")[1] for v in str(raw).split(",")]
+            )
+            sweep[key] = values
+        targets = load_scenario(args.scenario, args.overrides).compare.targets
+        runs += run_sweep(
+            args.scenario,
+            args.overrides,
+            sweep or None,
+            Path(args.out) / "runs",
+            device=args.device,
+            progress=False,
+        )
+    elif args.sweep:
+        raise ConfigError("--sweep", "needs --scenario SCENARIO to run")
+    if not runs:
+        raise ConfigError("runs", "give run directories or --scenario to compare")
+    if args.targets:
+        targets = [float(t) for t in args.targets.split(",")]
+    table = compare(runs, targets or [0.4, 0.8], Path(args.out) / "comparison")
+    columns = ["run"] + [c for c in table.columns if c.startswith(("pm_time", "pm_speedup"))]
+    sys.stdout.write(
+        table[columns].to_string(index=False, float_format=lambda v: f"{v:.2f}") + "\n"
+    )
+    return 0
 
 
 if __name__ == "__main__":

@@ -218,6 +218,16 @@ class ExecutionConfig(Section):
         return self
 
 
+class CompareConfig(Section):
+    """``mecsim compare`` on this scenario: the sweep to run and the accuracy targets."""
+
+    sweep: dict[str, list[Any]] = Field(
+        default_factory=dict,
+        description="dotted key -> values; every combination is one run (e.g. protocol.kind)",
+    )
+    targets: list[float] = Field(default=[0.4, 0.8], min_length=1)
+
+
 class AlgorithmSettings(Section):
     """Settings every algorithm shares: its name and the local-training schedule.
 
@@ -247,6 +257,7 @@ class Scenario(Section):
     server: ServerConfig = ServerConfig()
     output: OutputConfig = OutputConfig()
     execution: ExecutionConfig = ExecutionConfig()
+    compare: CompareConfig = CompareConfig()
     versions: dict[str, str] | None = Field(
         default=None, description="informational: versions that wrote a resolved scenario"
     )

@@ -137,7 +137,7 @@ def _run(sim: Simulation, buffered: bool) -> Process:
             applied_client=arrival.upload.client,
             staleness=staleness,
             arrived_at=arrival.arrived_at,
-            applied_at=sim.env.now,
+            job=arrival.job,
             **extra,
         )
         update += 1

@@ -1,0 +1,148 @@
+"""Compare runs: time to target accuracy, speedups over compute-and-wait, idle time, energy, bytes.
+
+Time to target (Chen et al. 2023, Table 4): the simulated time at which an
+accuracy first reaches the target; for personalized accuracy the time is
+``t_personal`` (when the evaluated personal models were complete), for
+generic accuracy ``t_end``. A run's speedup at a target is the time of the
+compute-and-wait run with the same algorithm divided by the run's own time.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import tomllib
+
+from mecsim.errors import MecsimError
+
+BASELINE = "compute_and_wait"
+
+
+@dataclass
+class RunRecord:
+    """A finished run as read back from its run directory (or held in memory)."""
+
+    label: str
+    algorithm: str
+    protocol: str
+    rounds: pd.DataFrame
+    events: pd.DataFrame
+    summary: dict
+
+
+def load_run(run_dir: str | Path) -> RunRecord:
+    """Read a run directory written by ``mecsim run``."""
+    run_dir = Path(run_dir)
+    needed = ["rounds.parquet", "events.parquet", "summary.json", "scenario.resolved.toml"]
+    missing = [n for n in needed if not (run_dir / n).is_file()]
+    if missing:
+        raise MecsimError(f"{run_dir} is not a mecsim run directory (missing {', '.join(missing)})")
+    scenario = tomllib.loads((run_dir / "scenario.resolved.toml").read_text())
+    algorithm = scenario["algorithm"]["name"]
+    protocol = scenario["protocol"]["kind"]
+    if protocol == "wait_free":
+        protocol = f"wait_free/{scenario['protocol'].get('personal_budget', 'epochs')}"
+    return RunRecord(
+        f"{algorithm} / {protocol}",
+        algorithm,
+        protocol,
+        pd.read_parquet(run_dir / "rounds.parquet"),
+        pd.read_parquet(run_dir / "events.parquet"),
+        json.loads((run_dir / "summary.json").read_text()),
+    )
+
+
+def time_to_target(rounds: pd.DataFrame, column: str, target: float) -> float:
+    """First simulated time at which ``column`` >= ``target`` (NaN if never)."""
+    time_column = "t_personal" if column == "personal_acc" and "t_personal" in rounds else "t_end"
+    reached = rounds[rounds[column] >= target]
+    return float(reached[time_column].min()) if len(reached) else math.nan
+
+
+def idle_time_per_client(events: pd.DataFrame) -> float:
+    """Mean over clients of the time between t=0 and the run's end not spent downloading,
+    computing or uploading (overlapping activities count once)."""
+    end = events["t_end"].max() if len(events) else 0.0
+    clients = events[events["client"] >= 0]
+    if clients.empty:
+        return math.nan
+    idle = []
+    for _, rows in clients.groupby("client"):
+        busy, reach = 0.0, 0.0
+        for start, stop in sorted(zip(rows["t_start"], rows["t_end"], strict=True)):
+            if stop > reach:
+                busy += stop - max(start, reach)
+                reach = stop
+        idle.append(end - busy)
+    return float(np.mean(idle))
+
+
+def compare_runs(runs: list[RunRecord], targets: list[float]) -> pd.DataFrame:
+    """One row per run: time to each target (personalized and generic), speedups, costs."""
+    rows = []
+    for run in runs:
+        row = {"run": run.label, "algorithm": run.algorithm, "protocol": run.protocol}
+        for target in targets:
+            row[f"pm_time_{target:g}"] = time_to_target(run.rounds, "personal_acc", target)
+            row[f"gm_time_{target:g}"] = time_to_target(run.rounds, "generic_acc", target)
+        row["sim_time_s"] = float(
+            run.rounds["t_personal" if "t_personal" in run.rounds else "t_end"].max()
+        )
+        row["final_pm_acc"] = run.summary.get("final_personal_acc", math.nan)
+        row["final_gm_acc"] = run.summary.get("final_generic_acc", math.nan)
+        row["idle_s_per_client"] = idle_time_per_client(run.events)
+        row["energy_j"] = float(run.events["energy_j"].sum())
+        row["bytes_up"] = int(run.rounds["bytes_up"].sum())
+        row["bytes_down"] = int(run.rounds["bytes_down"].sum())
+        rows.append(row)
+    table = pd.DataFrame(rows)
+    for target in targets:
+        column = f"pm_time_{target:g}"
+        baseline = table[table["protocol"] == BASELINE].groupby("algorithm")[column].first()
+        table[f"pm_speedup_{target:g}"] = table["algorithm"].map(baseline) / table[column]
+    return table
+
+
+def _fmt(value: object, digits: int = 2) -> str:
+    if isinstance(value, float):
+        return "-" if math.isnan(value) else f"{value:.{digits}f}"
+    return str(value)
+
+
+def render_markdown(table: pd.DataFrame, targets: list[float]) -> str:
+    """The comparison as Markdown: time-to-target and speedup table, then costs."""
+    lines = [
+        "# mecsim comparison",
+        "",
+        "Simulated seconds until the personalized-model accuracy (weighted local test) first reaches",
+        "each target, and the speedup over compute-and-wait with the same algorithm",
+        "(Chen et al. 2023, Table 4). `-`: target not reached.",
+        "",
+    ]
+    header = ["run"] + [f"PM {t:.0%} (s)" for t in targets] + [f"speedup {t:.0%}" for t in targets]
+    header += ["final PM acc", "final GM acc"]
+    lines += ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
+    for _, r in table.iterrows():
+        cells = [r["run"]] + [_fmt(r[f"pm_time_{t:g}"]) for t in targets]
+        cells += [
+            (_fmt(r[f"pm_speedup_{t:g}"]) + "x") if not math.isnan(r[f"pm_speedup_{t:g}"]) else "-"
+            for t in targets
+        ]
+        cells += [_fmt(r["final_pm_acc"], 4), _fmt(r["final_gm_acc"], 4)]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "| run | total simulated s | idle s per client | energy J | MiB up | MiB down |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for _, r in table.iterrows():
+        lines.append(
+            f"| {r['run']} | {r['sim_time_s']:.2f} | {r['idle_s_per_client']:.2f} | {r['energy_j']:.2f}"
+            f" | {r['bytes_up'] / 2**20:.2f} | {r['bytes_down'] / 2**20:.2f} |"
+        )
+    return "\n".join(lines) + "\n"
