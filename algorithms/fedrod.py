@@ -14,6 +14,8 @@ that way, and only the head is trainable in the personal task.
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 from mecsim.algorithms.base import ClientState, Task
 from mecsim.algorithms.pflplus import PFLPlus
@@ -51,7 +53,7 @@ class FedRoD(PFLPlus):
     def schedule(self, task: Task) -> Schedule:
         schedule = super().schedule(task)
         if task.name == "personal":
-            return Schedule(**{**schedule.__dict__, "trainable": frozenset(self.head)})
+            return dataclasses.replace(schedule, trainable=frozenset(self.head))
         return schedule
 
     def begin_task(self, task: Task, state: ClientState, payload: Payload | None) -> ModelState:

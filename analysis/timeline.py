@@ -24,7 +24,9 @@ def plot_gantt(
 ) -> None:
     """One panel per run: the first ``rounds`` rounds of the first ``clients`` clients.
 
-    Bars are download, generic training, upload, personalized training; gaps are idle.
+    Each client has two lanes: communication (download, upload) above and
+    computation (generic, personalized training) below, so wait-free's
+    overlap of personalized training with the upload is visible; gaps are idle.
     """
     fig, axes = plt.subplots(
         len(runs), 1, figsize=(9, 1.2 + 0.55 * clients * len(runs)), squeeze=False
@@ -35,11 +37,12 @@ def plot_gantt(
         ]
         for _, e in shown.iterrows():
             phase = e["phase"]
+            lane = 0.2 if phase.startswith("compute") else -0.2
             ax.barh(
-                e["client"],
+                e["client"] + lane,
                 e["t_end"] - e["t_start"],
                 left=e["t_start"],
-                height=0.6,
+                height=0.38,
                 color=COLORS.get(phase, "#8172b3"),
                 label=phase,
             )
@@ -49,7 +52,15 @@ def plot_gantt(
         ax.set_xlabel("simulated time (s)")
         handles, names = ax.get_legend_handles_labels()
         unique = dict(zip(names, handles, strict=True))
-        ax.legend(unique.values(), unique.keys(), fontsize=7, loc="lower right", ncol=4)
+        ax.legend(
+            unique.values(),
+            unique.keys(),
+            fontsize=7,
+            loc="upper left",
+            ncol=4,
+            bbox_to_anchor=(0, -0.35 - 0.1 / max(clients, 1)),
+            frameon=False,
+        )
     fig.tight_layout()
     fig.savefig(path, format="png", dpi=120)
     plt.close(fig)

@@ -53,7 +53,7 @@ def test_train_batched_equals_train_per_client_with_uneven_sample_counts():
         assert_states_close(b.state, s.state)
 
 
-@pytest.mark.parametrize("algorithm", ["fedavg", "fedprox", "local"])
+@pytest.mark.parametrize("algorithm", ["fedavg", "fedprox", "local", "scd"])
 def test_batched_executor_equals_serial_on_a_batchnorm_cnn(tiny, algorithm):
     overrides = [
         f"algorithm.name={algorithm}",
@@ -68,7 +68,7 @@ def test_batched_executor_equals_serial_on_a_batchnorm_cnn(tiny, algorithm):
     np.testing.assert_allclose(
         serial.rounds["personal_acc"], batched.rounds["personal_acc"], atol=0.02
     )
-    if algorithm == "local":
+    if algorithm in ("local", "scd"):
         for a, b in zip(serial.client_states, batched.client_states, strict=True):
             assert_states_close(a["personal"], b["personal"])
     else:
