@@ -350,6 +350,25 @@ def _check_names(scenario: Scenario) -> list[Problem]:
             Problem("clients.num_samples", "only used with execution.cost_only = true; remove it")
         )
     protocol = scenario.protocol
+    partial = protocol.participation < 1 or (
+        protocol.clients_per_round is not None
+        and protocol.clients_per_round < scenario.clients.count
+    )
+    if (
+        protocol.kind == "wait_free"
+        and protocol.personal_budget == "window"
+        and partial
+        and not protocol.broadcast_unselected
+        and protocol.max_personal_steps is None
+    ):
+        problems.append(
+            Problem(
+                "protocol.max_personal_steps",
+                "a window budget with partial participation leaves unselected clients' windows open "
+                "for many rounds; set max_personal_steps (appendix F (b)) or "
+                "broadcast_unselected = true (appendix F (a))",
+            )
+        )
     if (
         protocol.clients_per_round is not None
         and protocol.clients_per_round > scenario.clients.count

@@ -83,6 +83,11 @@ def test_algorithm_specific_keys_are_validated_by_the_algorithm():
         ({"network": {"downlink": {"bandwidth_mhz": 0}}}, "network.downlink.bandwidth_mhz"),
         ({"clients": {"device": "abacus"}}, "clients.device"),
         ({"protocol": {"clients_per_round": 50}}, "protocol.clients_per_round"),
+        ({"protocol": {"kind": "deadline"}}, "protocol"),
+        (
+            {"protocol": {"kind": "wait_free", "personal_budget": "window", "participation": 0.5}},
+            "protocol.max_personal_steps",
+        ),
     ],
 )
 def test_bad_values_name_their_field(data, path):
