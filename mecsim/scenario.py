@@ -187,7 +187,7 @@ class OutputConfig(Section):
 class ExecutionConfig(Section):
     """How client work runs: backend, Ray cluster, or no training at all (cost-only)."""
 
-    executor: str = Field(default="batched", description="serial | batched | ray")
+    executor: str = Field(default="auto", description="auto | serial | batched | ray")
     max_batch_clients: int | None = Field(
         default=None, ge=1, description="batched: at most this many clients per vmapped group"
     )
@@ -331,8 +331,9 @@ def _check_names(scenario: Scenario) -> list[Problem]:
         ("algorithm.name", scenario.algorithm.name, ALGORITHMS),
         ("network.fading", scenario.network.fading, FADING),
         ("server.device", scenario.server.device, DEVICES),
-        ("execution.executor", scenario.execution.executor, EXECUTORS),
     ]
+    if scenario.execution.executor != "auto":
+        checks.append(("execution.executor", scenario.execution.executor, EXECUTORS))
     problems = []
     for path, name, registry in checks:
         if name not in registry:

@@ -124,3 +124,13 @@ def test_batched_groups_can_be_capped_without_changing_results(tiny):
 
     pd.testing.assert_frame_equal(capped.events, whole.events)
     assert_states_close(capped.server_state["global"], whole.server_state["global"])
+
+
+def test_auto_executor_picks_batched_for_small_models_and_serial_for_large_ones_on_cpu():
+    from mecsim.runner import choose_executor
+
+    cpu = torch.device("cpu")
+    assert choose_executor("auto", cpu, 183_552) == "batched"  # cnn-small on 8x8 digits
+    assert choose_executor("auto", cpu, 1_100_000_000) == "serial"  # resnet18 on 32x32
+    assert choose_executor("auto", torch.device("cuda"), 1_100_000_000) == "batched"
+    assert choose_executor("ray", cpu, 1) == "ray"
