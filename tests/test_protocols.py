@@ -205,3 +205,11 @@ def test_compare_cli_prints_speedups(tmp_path, tiny, capsys):
     assert baseline["pm_speedup_0.2"].fillna(1.0).eq(1.0).all()
     for name in ("compare.md", "curves.png", "gantt.png"):
         assert (tmp_path / "cmp" / "comparison" / name).is_file()
+
+
+@pytest.mark.parametrize("kind", ["wait_free", "fedasync", "fedbuff"])
+def test_protocols_that_need_uploads_reject_local_training(tiny, kind):
+    from mecsim.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="needs an algorithm that uploads"):
+        mecsim.run(tiny, ["algorithm.name=local", f"protocol.kind={kind}"], write=False)

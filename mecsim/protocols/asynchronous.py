@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import simpy
 
 from mecsim.algorithms.base import Upload
-from mecsim.protocols.registry import PROTOCOLS
+from mecsim.protocols.registry import PROTOCOLS, uploading_task_index
 from mecsim.recorder import SERVER
 from mecsim.scenario import ProtocolConfig
 from mecsim.simulation import Process, Simulation
@@ -103,6 +103,7 @@ class _AsyncServer:
 
 def _run(sim: Simulation, buffered: bool) -> Process:
     p = sim.protocol
+    uploading_task_index(sim)  # an algorithm that never uploads would never update the server
     server = _AsyncServer(sim)
     for _ in range(p.concurrency or sim.clients_per_round):
         server.start_next()

@@ -29,10 +29,9 @@ from dataclasses import dataclass, field
 import simpy
 
 from mecsim.algorithms.base import Task, Upload
-from mecsim.errors import ConfigError
 from mecsim.executors import JobResult
 from mecsim.network import Transfer
-from mecsim.protocols.registry import PROTOCOLS
+from mecsim.protocols.registry import PROTOCOLS, uploading_task_index
 from mecsim.simulation import Process, Simulation
 
 
@@ -101,14 +100,9 @@ class _Windows:
 
 
 def _split_tasks(sim: Simulation) -> tuple[tuple[Task, ...], tuple[Task, ...]]:
-    tasks = sim.algorithm.tasks
-    marks = [i for i, t in enumerate(tasks) if t.uploads]
-    if not marks:
-        raise ConfigError(
-            "protocol.kind",
-            f"wait_free needs an algorithm with an uploading task; {sim.algorithm.settings.name!r} has none",
-        )
-    return tasks[: marks[0] + 1], tasks[marks[0] + 1 :]
+    """(tasks up to and including the upload, tasks after it)."""
+    cut = uploading_task_index(sim) + 1
+    return sim.algorithm.tasks[:cut], sim.algorithm.tasks[cut:]
 
 
 def _close_windows(
