@@ -155,7 +155,11 @@ class Simulation:
         ``broadcast``; otherwise each client gets its own unicast copy.
         """
         sizes: dict[int, int] = {}  # by payload identity: a broadcast payload is sized once
-        nbytes = {c: sizes.setdefault(id(p), payload_nbytes(p)) for c, p in payloads.items()}
+        nbytes = {}
+        for c, payload in payloads.items():
+            if id(payload) not in sizes:
+                sizes[id(payload)] = payload_nbytes(payload)
+            nbytes[c] = sizes[id(payload)]
         broadcast = self.algorithm.broadcast and self.network.config.downlink.mode == "broadcast"
         transfers = self.network.downlink(nbytes, round_, broadcast)
         if transfers and any(nbytes.values()):
