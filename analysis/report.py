@@ -50,7 +50,7 @@ def render_report(name: str, summary: dict[str, Any]) -> str:
         "server": "server",
     }
     for key, label in labels.items():
-        lines.append(f"| {label} | {split[key]:.4f} | {pct[key]:.2f} |")
+        lines.append(f"| {label} | {split[key]:.4g} | {pct[key]:.2f} |")
     lines += [
         f"| **sum** | {total:.4f} | 100.00 |",
         "",
