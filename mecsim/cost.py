@@ -24,6 +24,11 @@ BACKWARD_FACTOR = 3
 """FLOPs of a training step relative to a forward pass (forward + 2x backward)."""
 
 
+def training_flops(samples: int, per_sample: int) -> int:
+    """FLOPs of training on ``samples`` samples: forward + backward, what the hook meters."""
+    return samples * per_sample * BACKWARD_FACTOR
+
+
 class FlopMeter:
     """Counts FLOPs of every forward pass of ``model`` through a forward hook.
 
@@ -41,8 +46,10 @@ class FlopMeter:
     def _hook(self, module: nn.Module, args: tuple, output: object) -> None:
         if self._active:
             batch = args[0].shape[0]
-            factor = BACKWARD_FACTOR if torch.is_grad_enabled() else 1
-            self.flops += batch * self.per_sample * factor
+            if torch.is_grad_enabled():
+                self.flops += training_flops(batch, self.per_sample)
+            else:
+                self.flops += batch * self.per_sample
 
     def add(self, flops: int) -> None:
         """Add FLOPs a forward hook cannot see."""

@@ -20,7 +20,7 @@ import numpy as np
 import simpy
 
 from mecsim.algorithms.base import Algorithm, Task, Upload
-from mecsim.cost import BACKWARD_FACTOR, compute_cost, transmit_cost
+from mecsim.cost import compute_cost, training_flops, transmit_cost
 from mecsim.devices import DeviceProfile
 from mecsim.evaluation import Evaluation, Evaluator
 from mecsim.executors import ClientJob, Executor, JobResult
@@ -202,11 +202,10 @@ class Simulation:
         client's previous computation has finished (wait-free training can
         still be busy with the personalized task when the next model arrives).
         """
-        seconds, energy = compute_cost(flops, self.clients[client].device)
         if self.busy_until[client] > self.env.now:
             yield self.env.timeout(self.busy_until[client] - self.env.now)
         start = self.env.now
-        self.busy_until[client] = self.ready_at[client] = start + seconds
+        seconds, energy = self._occupy(client, flops, start)
         yield self.env.timeout(seconds)
         self.recorder.event(
             round_,
@@ -217,6 +216,12 @@ class Simulation:
             flops=flops,
             energy_j=energy,
         )
+
+    def compute_tasks(self, round_: int, result: JobResult, tasks: Sequence[Task]) -> Process:
+        """Client runs ``tasks`` of a finished job one after another (those the job ran)."""
+        for task in tasks:
+            if task.name in result.task_flops:
+                yield from self.compute(round_, result.client, task, result.task_flops[task.name])
 
     def upload(self, round_: int, client: int, payload: Payload) -> Process:
         """Client sends its upload on its own bandwidth; returns the transfer."""
@@ -292,6 +297,13 @@ class Simulation:
         if self.on_round is not None:
             self.on_round(row)
 
+    def _occupy(self, client: int, flops: int, start: float) -> tuple[float, float]:
+        """Book ``client``'s device for ``flops`` from ``start``; return (seconds, joules)."""
+        seconds, energy = compute_cost(flops, self.clients[client].device)
+        self.busy_until[client] = max(self.busy_until[client], start + seconds)
+        self.ready_at[client] = start + seconds
+        return seconds, energy
+
     def record_compute(
         self, round_: int, client: int, task: Task, flops: int, start: float
     ) -> float:
@@ -299,10 +311,8 @@ class Simulation:
 
         Used for wait-free windows, whose size is fixed only when they close.
         """
-        seconds, energy = compute_cost(flops, self.clients[client].device)
+        seconds, energy = self._occupy(client, flops, start)
         end = start + seconds
-        self.busy_until[client] = max(self.busy_until[client], end)
-        self.ready_at[client] = end
         self.recorder.event(
             round_, client, f"compute:{task.name}", start, end, flops=flops, energy_j=energy
         )
@@ -315,7 +325,7 @@ class Simulation:
         extra = self.algorithm.extra_flops(
             task, self.algorithm.initial, 2
         ) - self.algorithm.extra_flops(task, self.algorithm.initial, 1)
-        flops = batch * self.per_sample_flops * BACKWARD_FACTOR + extra
+        flops = training_flops(batch, self.per_sample_flops) + extra
         return flops / self.clients[client].device.flops_per_s
 
     def run(self, protocol_process: Callable[[Simulation], Process]) -> None:

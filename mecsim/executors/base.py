@@ -139,3 +139,19 @@ class Executor(Protocol):
     """Runs a batch of ready jobs and returns their results in the same order."""
 
     def run(self, jobs: Sequence[ClientJob]) -> list[JobResult]: ...
+
+
+class TaskLoopExecutor:
+    """An executor that runs jobs through :func:`run_tasks`.
+
+    Subclasses implement :meth:`train_many`, how one task of many jobs trains.
+    """
+
+    def __init__(self, ctx: TrainingContext) -> None:
+        self.ctx = ctx
+
+    def run(self, jobs: Sequence[ClientJob]) -> list[JobResult]:
+        return run_tasks(jobs, self.ctx, self.train_many)
+
+    def train_many(self, batch: TaskBatch) -> list[TrainResult]:
+        raise NotImplementedError(self)

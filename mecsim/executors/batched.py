@@ -21,8 +21,8 @@ import torch
 from torch import Tensor, nn
 from torch.func import grad, vmap
 
-from mecsim.cost import BACKWARD_FACTOR
-from mecsim.executors.base import ClientJob, JobResult, TaskBatch, TrainingContext, run_tasks
+from mecsim.cost import training_flops
+from mecsim.executors.base import TaskBatch, TaskLoopExecutor, TrainingContext
 from mecsim.state import ModelState, TensorDict
 from mecsim.training import (
     LossTerm,
@@ -154,19 +154,17 @@ def train_grouped(
         )
         for i, result in zip(members, trained, strict=True):
             # the same count the serial executor's forward hook meters
-            result.flops = result.samples * ctx.meter.per_sample * BACKWARD_FACTOR
+            result.flops = training_flops(result.samples, ctx.meter.per_sample)
             results[i] = result
     return results  # type: ignore[return-value]
 
 
-class BatchedExecutor:
+class BatchedExecutor(TaskLoopExecutor):
     """Runs a round's jobs as vmapped groups (see the module docstring)."""
 
     def __init__(self, ctx: TrainingContext, max_clients: int | None = None) -> None:
-        self.ctx = ctx
+        super().__init__(ctx)
         self.max_clients = max_clients
 
-    def run(self, jobs: Sequence[ClientJob]) -> list[JobResult]:
-        return run_tasks(
-            jobs, self.ctx, lambda batch: train_grouped(self.ctx, batch, self.max_clients)
-        )
+    def train_many(self, batch: TaskBatch) -> list[TrainResult]:
+        return train_grouped(self.ctx, batch, self.max_clients)

@@ -9,10 +9,8 @@ forward FLOPs x 3, plus the algorithm's explicit extra FLOPs.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
-from mecsim.cost import BACKWARD_FACTOR
-from mecsim.executors.base import ClientJob, JobResult, TaskBatch, TrainingContext, run_tasks
+from mecsim.cost import training_flops
+from mecsim.executors.base import TaskBatch, TaskLoopExecutor, TrainingContext
 from mecsim.training import TrainResult
 
 
@@ -24,16 +22,13 @@ def skip_training(ctx: TrainingContext, batch: TaskBatch) -> list[TrainResult]:
         n = len(job.train_indices)
         steps = schedule.num_steps(n)
         samples = steps * min(schedule.batch_size, n)
-        flops = samples * ctx.meter.per_sample * BACKWARD_FACTOR
+        flops = training_flops(samples, ctx.meter.per_sample)
         results.append(TrainResult(start, steps, samples, flops))
     return results
 
 
-class CostOnlyExecutor:
+class CostOnlyExecutor(TaskLoopExecutor):
     """Times jobs without running them (see the module docstring)."""
 
-    def __init__(self, ctx: TrainingContext) -> None:
-        self.ctx = ctx
-
-    def run(self, jobs: Sequence[ClientJob]) -> list[JobResult]:
-        return run_tasks(jobs, self.ctx, lambda batch: skip_training(self.ctx, batch))
+    def train_many(self, batch: TaskBatch) -> list[TrainResult]:
+        return skip_training(self.ctx, batch)

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
-from mecsim.executors.base import ClientJob, JobResult, TaskBatch, TrainingContext, run_tasks
+from mecsim.executors.base import TaskBatch, TaskLoopExecutor, TrainingContext
 from mecsim.training import TrainResult, train
 
 
@@ -34,11 +32,8 @@ def train_serially(ctx: TrainingContext, batch: TaskBatch) -> list[TrainResult]:
     return results
 
 
-class SerialExecutor:
+class SerialExecutor(TaskLoopExecutor):
     """One job after another in this process (the reference backend)."""
 
-    def __init__(self, ctx: TrainingContext) -> None:
-        self.ctx = ctx
-
-    def run(self, jobs: Sequence[ClientJob]) -> list[JobResult]:
-        return run_tasks(jobs, self.ctx, lambda batch: train_serially(self.ctx, batch))
+    def train_many(self, batch: TaskBatch) -> list[TrainResult]:
+        return train_serially(self.ctx, batch)

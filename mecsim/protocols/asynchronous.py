@@ -80,8 +80,7 @@ class _AsyncServer:
         transfer = sim.downlink_transfers(job, {client: payload})[client]
         result = sim.execute(job, {client: payload})[client]
         yield from sim.download(job, transfer)
-        for task in sim.algorithm.tasks:
-            yield from sim.compute(job, client, task, result.task_flops[task.name])
+        yield from sim.compute_tasks(job, result, sim.algorithm.tasks)
         sim.client_states[client] = result.state
         if result.upload is not None:
             yield from sim.upload(job, client, result.upload)

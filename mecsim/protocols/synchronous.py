@@ -35,14 +35,6 @@ from mecsim.protocols.registry import PROTOCOLS, uploading_task_index
 from mecsim.simulation import Process, Simulation
 
 
-def _compute_tasks(
-    sim: Simulation, round_: int, result: JobResult, tasks: Sequence[Task]
-) -> Process:
-    for task in tasks:
-        if task.name in result.task_flops:
-            yield from sim.compute(round_, result.client, task, result.task_flops[task.name])
-
-
 def _upload(sim: Simulation, round_: int, result: JobResult, arrived: list[Upload]) -> Process:
     if result.upload is not None:
         yield from sim.upload(round_, result.client, result.upload)
@@ -59,7 +51,7 @@ def _caw_client(
 ) -> Process:
     """Download, every task in order, then upload."""
     yield from sim.download(round_, transfer)
-    yield from _compute_tasks(sim, round_, result, sim.algorithm.tasks)
+    yield from sim.compute_tasks(round_, result, sim.algorithm.tasks)
     yield from _upload(sim, round_, result, arrived)
     sim.client_states[result.client] = result.state
 
@@ -157,11 +149,11 @@ def _wf_client(
     """Download, the tasks up to the upload, then upload while the personalized tasks run."""
     client = result.client
     yield from sim.download(round_, transfer)
-    yield from _compute_tasks(sim, round_, result, early)
+    yield from sim.compute_tasks(round_, result, early)
     if windows is not None:
         windows.open[client] = (round_, sim.env.now)
     else:
-        personal.append(sim.env.process(_compute_tasks(sim, round_, result, late)))
+        personal.append(sim.env.process(sim.compute_tasks(round_, result, late)))
     sim.client_states[client] = result.state
     yield from _upload(sim, round_, result, arrived)
 
