@@ -145,6 +145,9 @@ def test_async_updates_respect_causality(tiny, kind):
         ends = rows[rows["phase"] == "upload"]["t_end"].to_numpy()
         assert all(s >= e - 1e-12 for s, e in zip(starts[1:], ends, strict=False))
     assert (rounds["staleness"] >= 0).all() and rounds["staleness"].max() > 0
+    # rounds tile the timeline: each server update starts where the previous one ended
+    np.testing.assert_allclose(rounds["t_start"].iloc[1:], rounds["t_end"].iloc[:-1])
+    assert rounds["t_start"].iloc[0] == 0.0
 
 
 def test_fedasync_weight_follows_the_staleness_function(tiny):

@@ -108,8 +108,8 @@ def _run(sim: Simulation, buffered: bool) -> Process:
         server.start_next()
     buffer: list[Arrival] = []
     update = 0
+    start = sim.env.now  # a round (server update) starts where the previous one ended
     while update < p.rounds:
-        start = sim.env.now
         arrival: Arrival = yield server.inbox.get()
         staleness = server.version - arrival.version
         if buffered:
@@ -141,6 +141,7 @@ def _run(sim: Simulation, buffered: bool) -> Process:
             **extra,
         )
         update += 1
+        start = sim.env.now
 
 
 @PROTOCOLS.register("fedasync", "asynchronous: mix each arrival with staleness weight (FedAsync)")
