@@ -1,37 +1,32 @@
-"""FL/PFL algorithms, one module each, registered by name."""
+"""FL/PFL algorithms, one module each; each registers itself in :data:`ALGORITHMS`."""
 
-from mecsim.algorithms.base import Algorithm, ClientState, ServerState, Task, Upload
-from mecsim.algorithms.ditto import Ditto
-from mecsim.algorithms.fedavg import FedAvg
-from mecsim.algorithms.fedprox import FedProx
-from mecsim.algorithms.fedrod import FedRoD
-from mecsim.algorithms.local import Local
-from mecsim.algorithms.scd import SCD
-
-from mecsim.registry import Registry
-
-ALGORITHMS: Registry[type[Algorithm]] = Registry("algorithm", "algorithm.name")
-ALGORITHMS.add("local", Local, "each client trains alone; no communication")
-ALGORITHMS.add("fedavg", FedAvg, "FedAvg: weighted averaging of full models (McMahan et al. 2017)")
-ALGORITHMS.add(
-    "fedprox", FedProx, "FedProx: FedAvg + proximal term mu/2||w - w_G||^2 (Li et al. 2020)"
+from mecsim.algorithms import (  # noqa: F401  (importing a module registers its algorithm)
+    ditto,
+    fedavg,
+    fedprox,
+    fedrod,
+    local,
+    scd,
 )
-ALGORITHMS.add(
-    "ditto", Ditto, "Ditto: personal model pulled to w_G, lambda/2||w_p - w_G||^2 (PFL+)"
+from mecsim.algorithms.base import (
+    SERVER,
+    Algorithm,
+    AlgorithmSettings,
+    ClientState,
+    RoundContext,
+    ServerState,
+    Task,
+    Upload,
 )
-ALGORITHMS.add("fedrod", FedRoD, "FedRoD: balanced-softmax generic head + personal head (PFL+)")
-ALGORITHMS.add("scd", SCD, "spectral co-distillation, eqs. (4)-(5) of Chen et al. 2023 (PFL+)")
+from mecsim.algorithms.registry import ALGORITHMS
 
 __all__ = [
     "ALGORITHMS",
-    "SCD",
+    "SERVER",
     "Algorithm",
+    "AlgorithmSettings",
     "ClientState",
-    "Ditto",
-    "FedAvg",
-    "FedProx",
-    "FedRoD",
-    "Local",
+    "RoundContext",
     "ServerState",
     "Task",
     "Upload",

@@ -10,29 +10,44 @@ from mecsim.state import Payload
 
 
 def weighted_average(payloads: Sequence[Payload], weights: Sequence[float]) -> Payload:
-    """Weighted average of payloads with the same keys (FedAvg's rule).
+    """Per-key weighted average over the payloads that hold each key (FedAvg's rule).
 
-    Weights are normalized to sum to 1. Floating tensors are averaged; integer
-    tensors (BatchNorm's ``num_batches_tracked``) take the weighted average
-    rounded down, which keeps them integers.
+    A key is averaged over the payloads that sent it, with their weights
+    renormalized to sum to 1, so partial payloads (a body without its head,
+    a subset of layers) average correctly. Keys appear in first-seen order.
+    Floating tensors are averaged; integer tensors (BatchNorm's
+    ``num_batches_tracked``) take the weighted average rounded down, which
+    keeps them integers.
     """
     if not payloads:
         raise ValueError("weighted_average needs at least one payload")
     if len(payloads) != len(weights):
         raise ValueError(f"{len(payloads)} payloads but {len(weights)} weights")
-    total = float(sum(weights))
-    if total <= 0:
+    if float(sum(weights)) <= 0:
         raise ValueError("weights must have a positive sum")
-    if any(t.is_meta for t in payloads[0].values()):
+    keys = list(dict.fromkeys(k for p in payloads for k in p))
+    if any(p[k].is_meta for p in payloads[:1] for k in p):
         # cost-only runs: meta tensors carry shapes, not values; skip O(K) stacking
-        return {k: torch.empty_like(v) for k, v in payloads[0].items()}
-    coefficients = [w / total for w in weights]
+        first = {k: next(p[k] for p in payloads if k in p) for k in keys}
+        return {k: torch.empty_like(v) for k, v in first.items()}
     averaged: Payload = {}
-    for key, first in payloads[0].items():
-        stacked = torch.stack([p[key].to(torch.float64) for p in payloads])
-        coef = torch.tensor(coefficients, dtype=torch.float64, device=first.device)
+    for key in keys:
+        holders = [(p[key], w) for p, w in zip(payloads, weights, strict=True) if key in p]
+        total = float(sum(w for _, w in holders))
+        if total <= 0:
+            raise ValueError(f"weights of the payloads holding {key!r} must have a positive sum")
+        first = holders[0][0]
+        stacked = torch.stack([t.to(torch.float64) for t, _ in holders])
+        coef = torch.tensor(
+            [w / total for _, w in holders], dtype=torch.float64, device=first.device
+        )
         mean = torch.tensordot(coef, stacked, dims=1)
         averaged[key] = (
-            mean.floor().to(first.dtype) if not first.is_floating_point() else mean.to(first.dtype)
+            mean.to(first.dtype) if first.is_floating_point() else mean.floor().to(first.dtype)
         )
     return averaged
+
+
+def payload_difference(a: Payload, b: Payload) -> Payload:
+    """``a - b`` on the floating keys of ``a`` (integer buffers are skipped)."""
+    return {k: a[k] - b[k] for k in a if a[k].is_floating_point()}

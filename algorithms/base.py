@@ -1,58 +1,126 @@
-"""The algorithm interface: a handful of hooks plus a loss term.
+"""The algorithm interface (v2): tasks that carry their behaviour, pure losses, hooks with context.
 
 An algorithm never sleeps, never reads the clock and never writes an SGD
 loop. It declares:
 
-* ``Settings`` — its scenario keys (a pydantic subclass of
-  :class:`~mecsim.scenario.AlgorithmSettings`);
-* state — :meth:`init_server_state` and :meth:`init_client_state` (dicts of
-  :class:`~mecsim.state.ModelState` or tensors);
-* what goes down — :meth:`downlink` (one broadcast payload, or one payload
-  per client when ``broadcast`` is False) — and what goes up — :meth:`upload`;
-* client work — ``tasks``, an ordered tuple of :class:`Task`; exactly one may
-  be marked ``uploads``. Compute-and-wait runs every task then uploads; a
-  wait-free protocol uploads right after the marked task;
-* per task — the model it starts from (:meth:`begin_task`), its loss term
-  (:meth:`loss_term`) with tensors it needs (:meth:`task_context`), and where
-  the trained model goes (:meth:`end_task`);
-* :meth:`aggregate` on the server;
-* what is evaluated — :meth:`generic_model` on the global test set and
+* ``Settings`` - its scenario keys (a pydantic subclass of :class:`AlgorithmSettings`);
+* state - :meth:`init_server_state` and :meth:`init_client_state` (dicts of
+  :class:`~mecsim.state.ModelState`, tensors, or anything picklable);
+* what goes down - :meth:`downlink` (one broadcast payload, or one payload
+  per client when ``broadcast`` is False; a client merges a partial payload
+  into its own state with :func:`~mecsim.state.merge`) - and what goes up -
+  :meth:`upload`;
+* client work - :meth:`round_tasks`, an ordered tuple of :class:`Task` (the
+  class attribute ``tasks`` by default; multi-stage algorithms vary it by
+  round). At most one task is marked ``uploads``: compute-and-wait runs
+  every task then uploads; a wait-free protocol uploads right after it;
+* per task - the model it starts from (:meth:`begin_task`), its constants
+  (:meth:`task_constants`), its loss (:meth:`loss`, a pure function, see
+  :mod:`mecsim.training`), its schedule (:meth:`schedule`) and where the
+  result goes (:meth:`end_task`);
+* server work - :meth:`aggregate` (pure averaging, FLOPs from
+  :meth:`aggregation_flops`), :meth:`mix` for asynchronous protocols, and
+  :meth:`server_tasks`, training or inference on the server that the
+  executors run and meter like client work, timed on the server device;
+* evaluation - :meth:`generic_model` on the global test set and
   :meth:`personal_model` on each client's local test split.
 
-Required: ``tasks`` and :meth:`init_client_state`. Every other hook has a
-default that does nothing (returns ``None`` / an empty payload / the state
-unchanged); the defaults are documented on each hook.
+Every hook that depends on who or when receives a :class:`RoundContext`.
+Class attributes declare what the algorithm supports: ``protocols``
+(None: all), ``heterogeneous`` (mixed client architectures) and
+``public_data`` (``"none"``, ``"unlabeled"`` or ``"labeled"``; a public
+split is then downloaded once by every client, as a timed event).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
+import numpy as np
+import torch
+from pydantic import Field
 from torch import Tensor
 
-from mecsim.scenario import AlgorithmSettings
+from mecsim.config import Section
+from mecsim.models.catalog import Architecture, ModelCatalog
+from mecsim.rng import numpy_rng
 from mecsim.state import ModelState, Payload, TensorDict
-from mecsim.training import LossTerm, Schedule
+from mecsim.training import Loss, Schedule, TrainResult
 
 ClientState = dict[str, Any]
 ServerState = dict[str, Any]
+SERVER = -1
+"""The client id of the server in contexts and the events table."""
+
+
+class AlgorithmSettings(Section):
+    """Settings every algorithm shares: its name and the local-training schedule.
+
+    Algorithms subclass this to add their own keys (FedProx's ``mu``).
+    """
+
+    name: str = "fedavg"
+    epochs: int = Field(default=1, ge=1, description="local epochs per task")
+    steps: int | None = Field(default=None, ge=1, description="local SGD steps; overrides epochs")
+    batch_size: int = Field(default=16, ge=1)
+    lr: float = Field(default=0.05, gt=0)
+    momentum: float = Field(default=0.0, ge=0, lt=1)
+    weight_decay: float = Field(default=0.0, ge=0)
 
 
 @dataclass(frozen=True)
 class Task:
-    """A named unit of client work.
+    """A named unit of client (or server) work that carries its own behaviour.
 
     Args:
         name: shown in the events table's ``phase`` column (``compute:<name>``).
-        model: key of the client-state model this task trains.
+        model: key of the state entry this task trains or runs.
+        mode: ``"train"`` (SGD steps of the loss) or ``"infer"`` (a forward pass
+            over the whole split; its outputs reach :meth:`Algorithm.end_task`,
+            at forward-only FLOPs).
+        split: the data it reads: ``"train"``, ``"val"`` or ``"public"``; epochs
+            are passes over it.
+        also: further batches drawn every step, as ``(split, batch_size)``
+            (e.g. COMET's public mini-batch of size b').
         uploads: the upload payload is ready once this task ends.
     """
 
     name: str
     model: str
+    mode: Literal["train", "infer"] = "train"
+    split: str = "train"
+    also: tuple[tuple[str, int], ...] = ()
     uploads: bool = False
+
+    @property
+    def splits(self) -> tuple[str, ...]:
+        """Every split this task reads, its own first."""
+        return (self.split, *(s for s, _ in self.also))
+
+
+@dataclass(frozen=True)
+class RoundContext:
+    """Who and when, handed to every hook that depends on it.
+
+    ``client`` is :data:`SERVER` on the server and None for a broadcast downlink.
+    """
+
+    round: int
+    client: int | None
+    num_samples: Mapping[str, int]
+    seed: int
+
+    def rng(self, *key: object) -> np.random.Generator:
+        """The algorithm's random stream for this (round, client, *key)."""
+        return numpy_rng(self.seed, "algorithm", self.round, self.client, *key)
+
+    def generator(self, *key: object) -> torch.Generator:
+        """A torch generator on the algorithm's stream for this (round, client, *key)."""
+        generator = torch.Generator()
+        generator.manual_seed(int(self.rng(*key).integers(2**62)))
+        return generator
 
 
 @dataclass(frozen=True)
@@ -77,28 +145,50 @@ class Algorithm:
     tasks: ClassVar[tuple[Task, ...]] = ()
     broadcast: ClassVar[bool] = True
     """True: one downlink payload for all selected clients; False: one per client."""
+    protocols: ClassVar[frozenset[str] | None] = None
+    """Protocols this algorithm runs under; None means every protocol."""
+    heterogeneous: ClassVar[bool] = False
+    """Whether clients may have different architectures."""
+    public_data: ClassVar[Literal["none", "unlabeled", "labeled"]] = "none"
+    """Whether clients use the public split, and whether they see its labels."""
 
     def __init__(
         self,
         settings: AlgorithmSettings,
-        initial: ModelState,
+        models: ModelCatalog,
         label_counts: Sequence[Tensor] | None = None,
+        seed: int = 0,
     ) -> None:
         """Args:
         settings: the scenario's ``[algorithm]`` table, validated by ``Settings``.
-        initial: the initial model, shared by server and clients (seeded).
+        models: the run's architectures and each client's (initial states seeded).
         label_counts: each client's training label counts (None in cost-only runs).
+        seed: the scenario seed (the algorithm's random streams derive from it).
         """
         self.settings = settings
-        self.initial = initial
+        self.models = models
         self.label_counts = list(label_counts) if label_counts is not None else None
-        uploading = [t.name for t in self.tasks]
-        if not self.tasks:
-            raise NotImplementedError(f"{type(self).__name__} declares no tasks")
-        if len({t.name for t in self.tasks}) != len(uploading):
-            raise ValueError(f"{type(self).__name__}: task names must be unique")
-        if sum(t.uploads for t in self.tasks) > 1:
-            raise ValueError(f"{type(self).__name__}: at most one task may upload")
+        self.seed = seed
+        self.check_tasks(self.round_tasks(0))
+
+    def check_tasks(self, tasks: Sequence[Task]) -> None:
+        """Task names are unique and at most one task uploads."""
+        name = type(self).__name__
+        if not tasks:
+            raise NotImplementedError(f"{name} declares no tasks")
+        if len({t.name for t in tasks}) != len(tasks):
+            raise ValueError(f"{name}: task names must be unique")
+        if sum(t.uploads for t in tasks) > 1:
+            raise ValueError(f"{name}: at most one task may upload")
+
+    @property
+    def initial(self) -> ModelState:
+        """The initial state of the default (server) architecture."""
+        return self.models.default.initial
+
+    def arch(self, client: int | None) -> Architecture:
+        """The architecture of ``client`` (the default one for the server or a broadcast)."""
+        return self.models.of(-1 if client is None else client)
 
     # --- state -----------------------------------------------------------------------
     def init_server_state(self) -> ServerState:
@@ -110,19 +200,21 @@ class Algorithm:
         raise NotImplementedError(self)
 
     # --- communication ---------------------------------------------------------------
-    def downlink(self, server_state: ServerState, client: int | None) -> Payload | None:
-        """What the server sends: ``client`` is None for a broadcast. Default: nothing."""
+    def downlink(self, server_state: ServerState, ctx: RoundContext) -> Payload | None:
+        """What the server sends (``ctx.client`` is None for a broadcast). Default: nothing."""
         return None
 
-    def receive(self, state: ClientState, payload: Payload) -> None:
+    def receive(self, state: ClientState, payload: Payload, ctx: RoundContext) -> None:
         """A client that runs no task this round received ``payload`` (wait-free
         broadcasts to unselected clients). Default: ignore it."""
 
-    def upload(self, client_state: ClientState) -> Payload | None:
+    def upload(self, state: ClientState, ctx: RoundContext) -> Payload | None:
         """What a client sends after its uploading task. Default: nothing."""
         return None
 
-    def aggregate(self, server_state: ServerState, uploads: list[Upload]) -> ServerState:
+    def aggregate(
+        self, server_state: ServerState, uploads: list[Upload], ctx: RoundContext
+    ) -> ServerState:
         """New server state from this round's uploads. Default: unchanged."""
         return server_state
 
@@ -130,31 +222,65 @@ class Algorithm:
         """Server FLOPs of :meth:`aggregate`. Default: 2 per uploaded element (scale + add)."""
         return 2 * sum(t.numel() for u in uploads for t in u.payload.values())
 
+    def mix(
+        self, server_state: ServerState, upload: Upload, weight: float, ctx: RoundContext
+    ) -> ServerState:
+        """Asynchronous update ``w <- (1 - weight) w + weight * upload`` on the uploaded keys.
+
+        Default: :meth:`aggregate` of the current broadcast payload (weight
+        ``1 - weight``) and the upload (``weight``); per-key averaging leaves
+        keys the upload lacks unchanged.
+        """
+        current = self.downlink(server_state, RoundContext(ctx.round, None, {}, ctx.seed))
+        if current is None:
+            raise NotImplementedError(f"{type(self).__name__} defines no asynchronous mix")
+        pair = [
+            Upload(SERVER, current, 0, weight=1.0 - weight),
+            Upload(upload.client, upload.payload, upload.num_samples, weight=weight),
+        ]
+        return self.aggregate(server_state, pair, ctx)
+
     # --- client tasks ----------------------------------------------------------------
+    def round_tasks(self, round_: int) -> tuple[Task, ...]:
+        """The client tasks of ``round_``, in order. Default: the class attribute ``tasks``."""
+        return self.tasks
+
+    def server_tasks(self, round_: int) -> tuple[Task, ...]:
+        """Server tasks run after :meth:`aggregate` on the server state. Default: none."""
+        return ()
+
     def schedule(self, task: Task) -> Schedule:
         """Training schedule of ``task``. Default: the algorithm settings' SGD schedule."""
         s = self.settings
         return Schedule(s.epochs, s.steps, s.batch_size, s.lr, s.momentum, s.weight_decay)
 
-    def begin_task(self, task: Task, state: ClientState, payload: Payload | None) -> ModelState:
+    def begin_task(
+        self, task: Task, state: ClientState, payload: Payload | None, ctx: RoundContext
+    ) -> ModelState:
         """The model ``task`` starts from. Default: the client's own ``state[task.model]``."""
         return state[task.model]
 
-    def task_context(self, task: Task, state: ClientState, payload: Payload | None) -> TensorDict:
-        """Tensors the loss term reads (e.g. the global weights). Default: none."""
+    def task_constants(
+        self, task: Task, state: ClientState, payload: Payload | None, ctx: RoundContext
+    ) -> TensorDict:
+        """Constant tensors the loss reads (e.g. the global weights). Default: none."""
         return {}
 
-    def loss_term(self, task: Task) -> LossTerm | None:
-        """Extra loss ``term(params, context)`` added to cross-entropy. Default: none."""
-        return None
+    def loss(self, task: Task) -> Loss:
+        """The loss of ``task``. Default: cross-entropy on the task's split."""
+        from mecsim.algorithms.losses import cross_entropy_loss
+
+        return cross_entropy_loss(task.split)
 
     def extra_flops(self, task: Task, start: ModelState, steps: int) -> int:
-        """FLOPs of the loss term that forward hooks cannot see. Default: 0."""
+        """FLOPs of loss work no module meters (a proximal term, an FFT). Default: 0."""
         return 0
 
-    def end_task(self, task: Task, state: ClientState, trained: ModelState) -> None:
-        """Store the trained model. Default: ``state[task.model] = trained``."""
-        state[task.model] = trained
+    def end_task(
+        self, task: Task, state: ClientState, result: TrainResult, ctx: RoundContext
+    ) -> None:
+        """Store the result. Default: ``state[task.model] = result.state``."""
+        state[task.model] = result.state
 
     # --- evaluation ------------------------------------------------------------------
     def generic_model(self, server_state: ServerState) -> ModelState | None:
@@ -166,8 +292,3 @@ class Algorithm:
     ) -> ModelState | None:
         """Model evaluated on the client's local test split. Default: none."""
         return None
-
-
-def l2_distance_squared(params: TensorDict, reference: TensorDict) -> Tensor:
-    """sum over parameters of ||params - reference||^2 (keys of ``reference``)."""
-    return sum(((params[k] - reference[k]) ** 2).sum() for k in reference)  # type: ignore[return-value]

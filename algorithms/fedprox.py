@@ -1,35 +1,48 @@
 """FedProx (Li et al., MLSys 2020): FedAvg plus a proximal term.
 
-Local objective: ``f_i(w) + mu/2 ||w - w_G||^2`` where w_G is the global
-model the round started from. Everything else is FedAvg.
+Local objective (eq. 2): ``h_i(w) = f_i(w) + mu/2 ||w - w_G||^2`` where w_G
+is the global model the round started from. Everything else is FedAvg.
 """
 
 from __future__ import annotations
 
-from mecsim.algorithms.base import ClientState, Task, l2_distance_squared
+from mecsim.algorithms.base import AlgorithmSettings, ClientState, RoundContext, Task
 from mecsim.algorithms.fedavg import FedAvg
+from mecsim.algorithms.losses import cross_entropy_loss, proximal
+from mecsim.algorithms.registry import ALGORITHMS
 from pydantic import Field
 
-from mecsim.scenario import AlgorithmSettings
 from mecsim.state import ModelState, Payload, TensorDict
-from mecsim.training import LossTerm
+from mecsim.training import Loss
 
 
 class FedProxSettings(AlgorithmSettings):
-    mu: float = Field(default=0.01, ge=0, description="proximal coefficient")
+    mu: float = Field(default=0.01, ge=0, description="proximal coefficient mu")
 
 
+@ALGORITHMS.register(
+    "fedprox", "FedProx: FedAvg + proximal term mu/2||w - w_G||^2 (Li et al. 2020)"
+)
 class FedProx(FedAvg):
     """FedAvg with the proximal term mu/2 ||w - w_G||^2."""
 
     Settings = FedProxSettings
 
-    def task_context(self, task: Task, state: ClientState, payload: Payload | None) -> TensorDict:
+    def task_constants(
+        self, task: Task, state: ClientState, payload: Payload | None, ctx: RoundContext
+    ) -> TensorDict:
         return {k: payload[k] for k in self.initial.params} if payload else {}
 
-    def loss_term(self, task: Task) -> LossTerm:
+    def loss(self, task: Task) -> Loss:
         mu = self.settings.mu
-        return lambda params, global_params: mu / 2 * l2_distance_squared(params, global_params)
+        ce = cross_entropy_loss(task.split)
+
+        def fedprox_loss(forward, params, batch, global_params):
+            return ce(forward, params, batch, global_params) + mu / 2 * proximal(
+                params, global_params
+            )
+
+        return fedprox_loss
 
     def extra_flops(self, task: Task, start: ModelState, steps: int) -> int:
         # per parameter: subtract, square, accumulate; and the gradient mu (w - w_G)

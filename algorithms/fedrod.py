@@ -17,22 +17,34 @@ from __future__ import annotations
 import dataclasses
 
 import torch
-from mecsim.algorithms.base import ClientState, Task
+from mecsim.algorithms.base import ClientState, RoundContext, Task
+from mecsim.algorithms.losses import cross_entropy, cross_entropy_loss
 from mecsim.algorithms.pflplus import PFLPlus
+from mecsim.algorithms.registry import ALGORITHMS
 
 from mecsim.state import ModelState, Payload, TensorDict
-from mecsim.training import Schedule
+from mecsim.training import Loss, Schedule, TrainResult
 
 MIN_PRIOR = 1e-8  # classes a client never saw get log(1e-8) instead of -inf
 
 
+def balanced_softmax_loss(split: str) -> Loss:
+    """CE(logits + log pi, y): logit adjustment by the client's label prior ``consts['log_prior']``."""
+
+    def loss(forward, params, batch, consts):
+        data = batch[split]
+        return cross_entropy(forward(data["x"])["logits"] + consts["log_prior"], data["y"])
+
+    return loss
+
+
+@ALGORITHMS.register("fedrod", "FedRoD: balanced-softmax generic head + personal head (PFL+)")
 class FedRoD(PFLPlus):
     """PFL+ with a balanced-softmax generic model and an additive personal head."""
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        last = next(reversed(self.initial.params)).rsplit(".", 1)[0]
-        self.head = tuple(k for k in self.initial.params if k.rsplit(".", 1)[0] == last)
+        self.head = self.arch(None).head.param_names
 
     def init_client_state(self, client: int) -> ClientState:
         counts = self.label_counts[client].float() if self.label_counts else None
@@ -56,21 +68,32 @@ class FedRoD(PFLPlus):
             return dataclasses.replace(schedule, trainable=frozenset(self.head))
         return schedule
 
-    def begin_task(self, task: Task, state: ClientState, payload: Payload | None) -> ModelState:
+    def begin_task(
+        self, task: Task, state: ClientState, payload: Payload | None, ctx: RoundContext
+    ) -> ModelState:
         if task.name == "generic":
-            return super().begin_task(task, state, payload)
+            return super().begin_task(task, state, payload, ctx)
         generic = state["generic"]
         params = dict(generic.params)
         for k in self.head:
             params[k] = generic.params[k] + state["personal_head"][k]
         return ModelState(params, generic.buffers)
 
-    def task_context(self, task: Task, state: ClientState, payload: Payload | None) -> TensorDict:
-        return {"logit_bias": state["log_prior"]} if task.name == "generic" else {}
+    def task_constants(
+        self, task: Task, state: ClientState, payload: Payload | None, ctx: RoundContext
+    ) -> TensorDict:
+        return {"log_prior": state["log_prior"]} if task.name == "generic" else {}
 
-    def end_task(self, task: Task, state: ClientState, trained: ModelState) -> None:
-        super().end_task(task, state, trained)
+    def loss(self, task: Task) -> Loss:
+        if task.name == "generic":
+            return balanced_softmax_loss(task.split)
+        return cross_entropy_loss(task.split)
+
+    def end_task(
+        self, task: Task, state: ClientState, result: TrainResult, ctx: RoundContext
+    ) -> None:
+        super().end_task(task, state, result, ctx)
         if task.name == "personal":
             state["personal_head"] = {
-                k: trained.params[k] - state["generic"].params[k] for k in self.head
+                k: result.state.params[k] - state["generic"].params[k] for k in self.head
             }

@@ -2,23 +2,22 @@
 
 Every round each client runs two tasks (Algorithm 1 of Chen et al. 2023):
 
-1. ``generic`` — train the received global model w_G^{t-1} into w_{G,i}^t;
+1. ``generic`` - train the received global model w_G^{t-1} into w_{G,i}^t;
    this task produces the upload;
-2. ``personal`` — train the client's own w_{p,i}^{t-1} into w_{p,i}^t.
+2. ``personal`` - train the client's own w_{p,i}^{t-1} into w_{p,i}^t.
 
 Compute-and-wait runs both, then uploads; wait-free uploads after
 ``generic`` and trains ``personal`` during the communication window. The
 server aggregates the generic models as FedAvg does. Subclasses (Ditto,
-FedRoD, spectral co-distillation) add loss terms; none has protocol code.
+FedRoD, spectral co-distillation) supply losses; none has protocol code.
 """
 
 from __future__ import annotations
 
-from mecsim.algorithms.base import ClientState, Task
+from mecsim.algorithms.base import AlgorithmSettings, ClientState, RoundContext, Task
 from mecsim.algorithms.fedavg import FedAvg
 from pydantic import Field
 
-from mecsim.scenario import AlgorithmSettings
 from mecsim.state import ModelState, Payload
 from mecsim.training import Schedule
 
@@ -56,17 +55,19 @@ class PFLPlus(FedAvg):
             s.weight_decay,
         )
 
-    def begin_task(self, task: Task, state: ClientState, payload: Payload | None) -> ModelState:
+    def begin_task(
+        self, task: Task, state: ClientState, payload: Payload | None, ctx: RoundContext
+    ) -> ModelState:
         if task.name == "generic":
-            return super().begin_task(task, state, payload)
+            return super().begin_task(task, state, payload, ctx)
         return state["personal"]
 
-    def receive(self, state: ClientState, payload: Payload) -> None:
+    def receive(self, state: ClientState, payload: Payload, ctx: RoundContext) -> None:
         """Keep the latest global model as the generic reference of the personal task."""
         state["generic"] = ModelState.from_payload(payload, self.initial)
 
-    def upload(self, client_state: ClientState) -> Payload:
-        return client_state["generic"].to_payload()
+    def upload(self, state: ClientState, ctx: RoundContext) -> Payload:
+        return state["generic"].to_payload()
 
     def personal_model(self, client_state: ClientState, server_state: dict) -> ModelState:
         return client_state["personal"]

@@ -12,20 +12,22 @@ flattened vector of all trainable parameters, |FFT| normalized to sum 1).
   of the personal model and of this round's *updated* generic model.
 
 The target spectrum of each term is a constant of the task, computed once
-in :meth:`task_context`; the trainable model's spectrum is recomputed every
+in :meth:`task_constants`; the trainable model's spectrum is recomputed every
 step with gradients. Defaults: tau 0.4, lambda_g 0.05, lambda_p 0.01 (the
 best values of Tables 6-8 on CIFAR-10).
 """
 
 from __future__ import annotations
 
-from mecsim.algorithms.base import ClientState, Task
+from mecsim.algorithms.base import ClientState, RoundContext, Task
+from mecsim.algorithms.losses import cross_entropy_loss
 from mecsim.algorithms.pflplus import PFLPlus, PFLPlusSettings
+from mecsim.algorithms.registry import ALGORITHMS
 from mecsim.algorithms.spectral import divergence, fft_flops, flatten_weights, spectrum
 from pydantic import Field
 
 from mecsim.state import ModelState, Payload, TensorDict
-from mecsim.training import LossTerm
+from mecsim.training import Loss
 
 
 class SCDSettings(PFLPlusSettings):
@@ -34,6 +36,7 @@ class SCDSettings(PFLPlusSettings):
     lambda_p: float = Field(default=0.01, ge=0, description="weight of the personal term, eq. (4)")
 
 
+@ALGORITHMS.register("scd", "spectral co-distillation, eqs. (4)-(5) of Chen et al. 2023 (PFL+)")
 class SCD(PFLPlus):
     """Spectral co-distillation: generic and personal models distil each other's spectra."""
 
@@ -42,22 +45,27 @@ class SCD(PFLPlus):
     def _tau(self, task: Task) -> float:
         return self.settings.tau if task.name == "generic" else 1.0
 
-    def task_context(self, task: Task, state: ClientState, payload: Payload | None) -> TensorDict:
+    def task_constants(
+        self, task: Task, state: ClientState, payload: Payload | None, ctx: RoundContext
+    ) -> TensorDict:
         names = list(self.initial.params)
         # eq. (5): the personal model before this round; eq. (4): the updated generic model
         teacher = state["personal"] if task.name == "generic" else state["generic"]
         return {"target": spectrum(flatten_weights(teacher.params, names), self._tau(task))}
 
-    def loss_term(self, task: Task) -> LossTerm:
+    def loss(self, task: Task) -> Loss:
         names = list(self.initial.params)
         tau = self._tau(task)
         weight = self.settings.lambda_g if task.name == "generic" else self.settings.lambda_p
+        ce = cross_entropy_loss(task.split)
 
-        def spectral_term(params: TensorDict, context: TensorDict):
+        def spectral_loss(forward, params, batch, consts):
             student = spectrum(flatten_weights(params, names), tau)
-            return weight * divergence(student, context["target"])
+            return ce(forward, params, batch, consts) + weight * divergence(
+                student, consts["target"]
+            )
 
-        return spectral_term
+        return spectral_loss
 
     def extra_flops(self, task: Task, start: ModelState, steps: int) -> int:
         # per step: FFT of the weights forward and its gradient (~2 FFTs), plus the KL

@@ -13,9 +13,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from torch import Tensor, nn
+from torch import Tensor
 
 from mecsim.algorithms.base import Algorithm, ClientState, ServerState
+from mecsim.models.catalog import ModelCatalog
 from mecsim.training import predict
 
 
@@ -30,17 +31,21 @@ class Evaluation:
 
 
 class Evaluator:
-    """Evaluates an algorithm's models on the global and the clients' local test data."""
+    """Evaluates an algorithm's models on the global and the clients' local test data.
+
+    The generic model runs on the default architecture; each client's
+    personalized model on that client's own architecture.
+    """
 
     def __init__(
         self,
-        model: nn.Module,
+        models: ModelCatalog,
         x_test: Tensor,
         y_test: Tensor,
         local_test: Sequence[Tensor],
         weights: Sequence[int],
     ) -> None:
-        self.model = model
+        self.models = models
         self.x_test, self.y_test = x_test, y_test
         self.local_test = list(local_test)
         self.weights = np.asarray(weights, dtype=float)
@@ -56,20 +61,25 @@ class Evaluator:
         generic = algorithm.generic_model(server_state)
         generic_acc = math.nan
         if generic is not None:
-            generic_acc = self._accuracy(predict(self.model, generic, self.x_test), self.y_test)
+            generic_acc = self._accuracy(
+                predict(self.models.default.module, generic, self.x_test), self.y_test
+            )
         shared_predictions = None
         accuracies = []
-        for state, indices in zip(client_states, self.local_test, strict=False):
+        for client, (state, indices) in enumerate(
+            zip(client_states, self.local_test, strict=False)
+        ):
             personal = algorithm.personal_model(state, server_state)
             if personal is None:
                 accuracies.append(math.nan)
                 continue
             if personal is generic:  # one shared model: predict the test pool once
                 if shared_predictions is None:
-                    shared_predictions = predict(self.model, generic, self.x_test)
+                    shared_predictions = predict(self.models.default.module, generic, self.x_test)
                 predictions = shared_predictions[indices]
             else:
-                predictions = predict(self.model, personal, self.x_test[indices])
+                module = self.models.of(client).module
+                predictions = predict(module, personal, self.x_test[indices])
             accuracies.append(self._accuracy(predictions, self.y_test[indices]))
         acc = np.asarray(accuracies)
         if np.isnan(acc).all():

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -29,7 +30,9 @@ from mecsim.channels import (
 from mecsim.devices import DeviceProfile
 from mecsim.distributions import sample_attribute
 from mecsim.rng import numpy_rng
-from mecsim.scenario import LinkConfig, NetworkConfig
+
+if TYPE_CHECKING:
+    from mecsim.scenario import LinkConfig, NetworkConfig
 
 
 @dataclass(frozen=True)

@@ -12,28 +12,32 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import torch
 from tqdm import tqdm
 
 from mecsim.algorithms import ALGORITHMS
 from mecsim.analysis import render_report, summarize
-from mecsim.cost import FlopMeter
 from mecsim.data import build_client_data, dataset_shape, load_dataset
+from mecsim.data.federated import hold_out_public
+from mecsim.data.partition import proportional_counts
 from mecsim.devices import DEVICES
 from mecsim.distributions import sample_attribute
 from mecsim.errors import ConfigError
 from mecsim.evaluation import CurveEvaluator, Evaluator
 from mecsim.executors import Executor, TrainingContext, make_executor
 from mecsim.executors.cost_only import CostOnlyExecutor
-from mecsim.models import build_model
+from mecsim.models import build_model, forward_flops_per_sample
+from mecsim.models.catalog import Architecture, ModelCatalog
 from mecsim.network import ClientProfile, Network
 from mecsim.output import atomic_directory, check_target, default_run_dir, write_file
 from mecsim.protocols import PROTOCOLS
 from mecsim.rng import derive_seed, numpy_rng
 from mecsim.scenario import Scenario, load_scenario, resolved_toml
 from mecsim.simulation import Simulation
-from mecsim.state import ModelState
+from mecsim.state import payload_nbytes
+from mecsim.training import ModelFunction
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +107,13 @@ class FederatedData:
     train: list[torch.Tensor]
     val: list[torch.Tensor]
     test: list[torch.Tensor]
+    x_public: torch.Tensor
+    y_public: torch.Tensor
+
+    def client_indices(self, client: int) -> dict[str, torch.Tensor]:
+        """Client ``client``'s indices per split (``public`` indexes the shared public split)."""
+        public = torch.arange(len(self.x_public), device=self.train[client].device)
+        return {"train": self.train[client], "val": self.val[client], "public": public}
 
 
 def build_data(sc: Scenario, device: torch.device) -> FederatedData:
@@ -118,6 +129,7 @@ def build_data(sc: Scenario, device: torch.device) -> FederatedData:
         test_fraction=sc.data.test_fraction,
         options={"alpha": sc.data.synthetic_alpha, "beta": sc.data.synthetic_beta},
     )
+    dataset, x_public, y_public = hold_out_public(dataset, sc.data.public_size, sc.seed)
     clients = build_client_data(
         dataset,
         partition=sc.data.partition,
@@ -142,6 +154,8 @@ def build_data(sc: Scenario, device: torch.device) -> FederatedData:
         [c.train.to(device) for c in clients],
         [c.val.to(device) for c in clients],
         [c.test.to(device) for c in clients],
+        x_public.to(device),
+        y_public.to(device),
     )
 
 
@@ -165,7 +179,62 @@ def _sample_counts_only(sc: Scenario) -> FederatedData:
         [torch.empty(int(n), dtype=torch.long, device=meta) for n in counts],
         [empty] * sc.clients.count,
         [empty] * sc.clients.count,
+        torch.empty(sc.data.public_size, *shape, device=meta),
+        torch.empty(sc.data.public_size, dtype=torch.long, device=meta),
     )
+
+
+def assign_architectures(sc: Scenario, num_train: list[int], sizes: dict[str, int]) -> list[str]:
+    """Each client's architecture name (``model.name`` and ``model.assign``).
+
+    ``random`` draws from the choice per client (stream ``("clients", "model")``);
+    ``data_size`` splits clients in the choice's proportions and gives the
+    architectures with more parameters to the clients with more training data.
+    """
+    names = sc.model.names
+    n = sc.clients.count
+    if len(names) == 1:
+        return names * n
+    if sc.model.assign == "random":
+        drawn = sample_attribute(sc.model.name, numpy_rng(sc.seed, "clients", "model"), n)
+        return [str(v) for v in drawn]
+    choice = sc.model.name
+    values = [str(v) for v in choice.values]
+    weights = np.ones(len(values)) if choice.weights is None else np.asarray(choice.weights)
+    counts = proportional_counts(n, weights)
+    ranked = sorted(range(len(values)), key=lambda i: -sizes[values[i]])
+    clients = sorted(range(n), key=lambda c: (-num_train[c], c))
+    assigned: list[str] = [""] * n
+    position = 0
+    for i in ranked:
+        for c in clients[position : position + counts[i]]:
+            assigned[c] = values[i]
+        position += counts[i]
+    return assigned
+
+
+def build_models(
+    sc: Scenario, data: FederatedData, device: torch.device, num_train: list[int]
+) -> tuple[ModelCatalog, dict[str, int]]:
+    """Every architecture of the run (same init seed each), per-sample FLOPs, and assignment."""
+    modules = {
+        name: build_model(
+            name,
+            input_shape=data.input_shape,
+            num_classes=data.num_classes,
+            seed=derive_seed(sc.seed, "init"),
+        )
+        for name in sc.model.names
+    }
+    per_sample = {
+        name: forward_flops_per_sample(module, data.input_shape) for name, module in modules.items()
+    }
+    for module in modules.values():
+        module.to("meta" if sc.execution.cost_only else device)
+    architectures = {name: Architecture.of(name, module) for name, module in modules.items()}
+    sizes = {name: arch.num_params() for name, arch in architectures.items()}
+    assigned = assign_architectures(sc, num_train, sizes)
+    return ModelCatalog(architectures, tuple(assigned), sc.model.names[0]), per_sample
 
 
 AUTO_SERIAL_FLOPS = 50e6
@@ -190,7 +259,9 @@ def build_executor(sc: Scenario, ctx: TrainingContext, name: str | None) -> Exec
     """The executor the scenario asks for (cost-only mode overrides it)."""
     if sc.execution.cost_only:
         return CostOnlyExecutor(ctx)
-    name = choose_executor(name or sc.execution.executor, ctx.x.device, ctx.meter.per_sample)
+    name = choose_executor(
+        name or sc.execution.executor, ctx.device, max(ctx.per_sample_flops.values())
+    )
     if name == "ray":
         e = sc.execution
         return make_executor(
@@ -239,39 +310,45 @@ def run(
     torch_device = resolve_device(device)
     cost_only = sc.execution.cost_only
     data = build_data(sc, torch_device)
-    model = build_model(
-        sc.model.name,
-        input_shape=data.input_shape,
-        num_classes=data.num_classes,
-        seed=derive_seed(sc.seed, "init"),
-    )
-    meter = FlopMeter(model, data.input_shape)
-    model.to("meta" if cost_only else torch_device)
-    initial = ModelState.of(model)
+    num_train = [len(i) for i in data.train]
+    models, per_sample = build_models(sc, data, torch_device, num_train)
     label_counts = None
     if not cost_only:
         label_counts = [
             torch.bincount(data.y_train[i], minlength=data.num_classes) for i in data.train
         ]
-    algorithm = ALGORITHMS.get(sc.algorithm.name)(sc.algorithm, initial, label_counts)
-    ctx = TrainingContext(algorithm, model, meter, data.x_train, data.y_train, sc.seed)
+    algorithm_class = ALGORITHMS.get(sc.algorithm.name)
+    algorithm = algorithm_class(sc.algorithm, models, label_counts, sc.seed)
+    labeled = algorithm_class.public_data == "labeled"
+    public = (data.x_public, data.y_public if labeled else None)
+    ctx = TrainingContext(
+        algorithm,
+        models,
+        {name: ModelFunction(arch.module) for name, arch in models.architectures.items()},
+        per_sample,
+        {"train": (data.x_train, data.y_train), "public": public},
+        sc.seed,
+    )
     clients = build_clients(sc)
-    num_train = [len(i) for i in data.train]
     if cost_only:
         evaluator = CurveEvaluator(sc.execution.accuracy_curve)
     else:
-        evaluator = Evaluator(model, data.x_test, data.y_test, data.test, num_train)
+        evaluator = Evaluator(models, data.x_test, data.y_test, data.test, num_train)
+    uses_public = algorithm_class.public_data != "none"
     sim = Simulation(
         algorithm=algorithm,
         executor=build_executor(sc, ctx, executor),
         network=Network(sc.network, clients, sc.seed),
         clients=clients,
-        train_indices=data.train,
+        indices=[data.client_indices(c) for c in range(sc.clients.count)],
         server_device=DEVICES.get(sc.server.device),
         evaluator=evaluator,
         protocol=sc.protocol,
         seed=sc.seed,
-        per_sample_flops=meter.per_sample,
+        per_sample_flops=per_sample,
+        public_nbytes=payload_nbytes({"x": public[0]} | ({"y": public[1]} if labeled else {}))
+        if uses_public
+        else 0,
     )
     show = sc.output.progress if progress is None else progress
     with tqdm(total=sc.protocol.rounds, desc=sc.name, unit="round", disable=not show) as bar:
@@ -305,7 +382,8 @@ def run(
             "num_train": num_train,
             "num_val": [len(v) for v in data.val],
             "num_test": [len(t) for t in data.test],
-            "model": sc.model.name,
+            "model": list(models.client_arch),
+            "num_params": [models.of(c.id).num_params() for c in clients],
             "final_personal_acc": list(final.client_acc)
             if final and final.client_acc
             else float("nan"),

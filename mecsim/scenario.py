@@ -18,16 +18,21 @@ from pathlib import Path
 from typing import Any, Literal
 
 import tomllib
-from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, ValidationError, model_validator
+from pydantic import Field, SerializeAsAny, ValidationError, model_validator
 
+from mecsim.algorithms import ALGORITHMS
+from mecsim.algorithms.base import AlgorithmSettings
+from mecsim.channels import FADING
+from mecsim.config import Section
+from mecsim.data import DATASETS, PARTITIONS
+from mecsim.devices import DEVICES
 from mecsim.distributions import Choice, NameAttr, NumberAttr, Uniform, attribute_values
 from mecsim.errors import ConfigError, MecsimError
-
-
-class Section(BaseModel):
-    """Base of every scenario section: unknown keys are errors."""
-
-    model_config = ConfigDict(extra="forbid", validate_default=True)
+from mecsim.executors import EXECUTORS
+from mecsim.models import MODELS
+from mecsim.protocols import PROTOCOLS
+from mecsim.protocols.registry import protocol_settings
+from mecsim.protocols.settings import ProtocolSettings
 
 
 class DataConfig(Section):
@@ -45,73 +50,33 @@ class DataConfig(Section):
     test_fraction: float = Field(default=0.2, gt=0, lt=1)
     val_fraction: float = Field(default=0.0, ge=0, lt=1)
     local_test_fraction: float = Field(default=0.25, gt=0)
+    public_size: int = Field(
+        default=0,
+        ge=0,
+        description="samples held out of the training pool as the public split (algorithms "
+        "that use public data; every client downloads it once)",
+    )
     synthetic_alpha: float = Field(default=1.0, ge=0)
     synthetic_beta: float = Field(default=1.0, ge=0)
 
 
 class ModelConfig(Section):
-    name: str = "cnn-small"
+    """Client architectures: one name, or a ``choice`` distribution over names."""
 
+    name: NameAttr = Field(
+        default="cnn-small",
+        description="architecture, or { dist = 'choice', values = [...], weights = [...] }",
+    )
+    assign: Literal["random", "data_size"] = Field(
+        default="random",
+        description="with a choice: draw per client ('random'), or give larger models to "
+        "clients with more data in the choice's proportions ('data_size', as COMET)",
+    )
 
-class ProtocolConfig(Section):
-    """When client work happens: rounds, participation, selection, evaluation cadence.
-
-    ``kind``: ``compute_and_wait`` (all tasks, upload, idle), ``wait_free``
-    (upload after the generic task, personalized training in the
-    communication window), ``deadline`` (semi-synchronous), ``fedasync`` and
-    ``fedbuff`` (asynchronous; a "round" is one server model update).
-    """
-
-    kind: Literal["compute_and_wait", "wait_free", "deadline", "fedasync", "fedbuff"] = (
-        "compute_and_wait"
-    )
-    rounds: int = Field(default=20, ge=1)
-    participation: float = Field(
-        default=1.0, gt=0, le=1, description="fraction of clients selected per round, in (0, 1]"
-    )
-    clients_per_round: int | None = Field(
-        default=None, ge=1, description="a count; overrides participation"
-    )
-    selection: Literal["uniform", "data_size"] = "uniform"
-    eval_every: int = Field(default=1, ge=1)
-    # wait-free
-    personal_budget: Literal["epochs", "window"] = Field(
-        default="epochs",
-        description="wait_free: a fixed E_p ('epochs') or train until the next model arrives ('window')",
-    )
-    max_personal_steps: int | None = Field(
-        default=None, ge=1, description="wait_free: cap on personalized steps in one window"
-    )
-    broadcast_unselected: bool = Field(
-        default=False,
-        description="wait_free, partial participation: send every new global model to all clients",
-    )
-    # semi-synchronous
-    deadline_s: float | None = Field(default=None, gt=0, description="deadline: round deadline, s")
-    late: Literal["drop", "carry"] = Field(
-        default="drop",
-        description="deadline: late uploads are dropped or carried into the next round",
-    )
-    # asynchronous
-    concurrency: int | None = Field(
-        default=None,
-        ge=1,
-        description="async: clients training at once (default: clients per round)",
-    )
-    mixing: float = Field(default=0.6, gt=0, le=1, description="fedasync: base mixing weight alpha")
-    staleness: Literal["constant", "polynomial", "hinge"] = "polynomial"
-    staleness_a: float = Field(default=0.5, ge=0, description="polynomial exponent / hinge slope")
-    staleness_b: float = Field(
-        default=4.0, ge=0, description="hinge: staleness tolerated at full weight"
-    )
-    buffer_size: int = Field(default=10, ge=1, description="fedbuff: arrivals per aggregation (K)")
-    server_lr: float = Field(default=1.0, gt=0, description="fedbuff: server learning rate")
-
-    @model_validator(mode="after")
-    def _deadline(self) -> ProtocolConfig:
-        if self.kind == "deadline" and self.deadline_s is None:
-            raise ValueError("protocol.kind = 'deadline' needs deadline_s (seconds)")
-        return self
+    @property
+    def names(self) -> list[str]:
+        """Every architecture named, the default (server) one first."""
+        return list(dict.fromkeys(str(v) for v in attribute_values(self.name)))
 
 
 class LinkConfig(Section):
@@ -228,21 +193,6 @@ class CompareConfig(Section):
     targets: list[float] = Field(default=[0.4, 0.8], min_length=1)
 
 
-class AlgorithmSettings(Section):
-    """Settings every algorithm shares: its name and the local-training schedule.
-
-    Algorithms subclass this to add their own keys (FedProx's ``mu``).
-    """
-
-    name: str = "fedavg"
-    epochs: int = Field(default=1, ge=1, description="local epochs per task")
-    steps: int | None = Field(default=None, ge=1, description="local SGD steps; overrides epochs")
-    batch_size: int = Field(default=16, ge=1)
-    lr: float = Field(default=0.05, gt=0)
-    momentum: float = Field(default=0.0, ge=0, lt=1)
-    weight_decay: float = Field(default=0.0, ge=0)
-
-
 class Scenario(Section):
     """A whole scenario; build one with :func:`load_scenario` or :func:`validate_scenario`."""
 
@@ -251,7 +201,7 @@ class Scenario(Section):
     data: DataConfig = DataConfig()
     model: ModelConfig = ModelConfig()
     algorithm: SerializeAsAny[AlgorithmSettings] = AlgorithmSettings()
-    protocol: ProtocolConfig = ProtocolConfig()
+    protocol: SerializeAsAny[ProtocolSettings] = ProtocolSettings()
     network: NetworkConfig = NetworkConfig()
     clients: ClientsConfig = ClientsConfig()
     server: ServerConfig = ServerConfig()
@@ -317,17 +267,9 @@ def _is_union_tag(part: Any) -> bool:
 
 def _check_names(scenario: Scenario) -> list[Problem]:
     """Registry names and value ranges that pydantic's field types cannot express."""
-    from mecsim.algorithms import ALGORITHMS
-    from mecsim.channels import FADING
-    from mecsim.data import DATASETS, PARTITIONS
-    from mecsim.devices import DEVICES
-    from mecsim.executors import EXECUTORS
-    from mecsim.models import MODELS
-
     checks = [
         ("data.dataset", scenario.data.dataset, DATASETS),
         ("data.partition", scenario.data.partition, PARTITIONS),
-        ("model.name", scenario.model.name, MODELS),
         ("algorithm.name", scenario.algorithm.name, ALGORITHMS),
         ("network.fading", scenario.network.fading, FADING),
         ("server.device", scenario.server.device, DEVICES),
@@ -339,6 +281,11 @@ def _check_names(scenario: Scenario) -> list[Problem]:
         if name not in registry:
             allowed = ", ".join(registry.names())
             problems.append(Problem(path, f"unknown {registry.kind} {name!r}; allowed: {allowed}"))
+    for model in scenario.model.names:
+        if model not in MODELS:
+            allowed = ", ".join(MODELS.names())
+            problems.append(Problem("model.name", f"unknown model {model!r}; allowed: {allowed}"))
+    problems += _check_algorithm(scenario)
     for device in attribute_values(scenario.clients.device) or []:
         if device not in DEVICES:
             allowed = ", ".join(DEVICES.names())
@@ -383,6 +330,37 @@ def _check_names(scenario: Scenario) -> list[Problem]:
     return problems
 
 
+def _check_algorithm(scenario: Scenario) -> list[Problem]:
+    """What the algorithm supports: protocols, mixed architectures, public data."""
+    if scenario.algorithm.name not in ALGORITHMS:
+        return []
+    algorithm = ALGORITHMS.get(scenario.algorithm.name)
+    name, kind = scenario.algorithm.name, scenario.protocol.kind
+    problems = []
+    if algorithm.protocols is not None and kind not in algorithm.protocols:
+        allowed = ", ".join(sorted(algorithm.protocols))
+        problems.append(
+            Problem(
+                "protocol.kind",
+                f"algorithm {name!r} does not run under {kind!r}; use one of: {allowed}",
+            )
+        )
+    if len(scenario.model.names) > 1 and not algorithm.heterogeneous:
+        supporting = ", ".join(n for n in ALGORITHMS.names() if ALGORITHMS.get(n).heterogeneous)
+        problems.append(
+            Problem(
+                "model.name",
+                f"algorithm {name!r} needs one architecture for every client; "
+                f"mixed architectures work with: {supporting}",
+            )
+        )
+    if algorithm.public_data != "none" and scenario.data.public_size == 0:
+        problems.append(
+            Problem("data.public_size", f"algorithm {name!r} needs public data; set a size > 0")
+        )
+    return problems
+
+
 def _check_positive(scenario: Scenario) -> list[Problem]:
     """Bandwidth and distance must be > 0 over the whole support of their distribution."""
     problems = []
@@ -402,27 +380,80 @@ def _check_positive(scenario: Scenario) -> list[Problem]:
     return problems
 
 
-def validate_scenario(data: dict[str, Any]) -> tuple[Scenario | None, list[Problem]]:
-    """Validate a scenario mapping; return (scenario or None, every problem found)."""
-    from mecsim.algorithms import ALGORITHMS
+def _validate_section(
+    data: dict[str, Any], section: str, name: str, settings_class: type[Section]
+) -> tuple[Section | None, list[Problem]]:
+    key = "kind" if section == "protocol" else "name"
+    try:
+        return settings_class.model_validate({**data, key: name}), []
+    except ValidationError as error:
+        return None, _problems_from(error, section)
 
+
+def _foreign_protocol_keys(data: dict[str, Any], kind: str) -> list[Problem]:
+    """Keys under ``[protocol]`` that belong to another protocol, named as such."""
+    own = protocol_settings(kind).model_fields
+    problems = []
+    for key in data:
+        if key in own:
+            continue
+        owners = [n for n in PROTOCOLS.names() if key in protocol_settings(n).model_fields]
+        if owners:
+            problems.append(
+                Problem(
+                    f"protocol.{key}",
+                    f"is a setting of protocol {' / '.join(map(repr, owners))}, not {kind!r}; "
+                    "remove it or change protocol.kind",
+                )
+            )
+    return problems
+
+
+def validate_scenario(data: dict[str, Any]) -> tuple[Scenario | None, list[Problem]]:
+    """Validate a scenario mapping; return (scenario or None, every problem found).
+
+    The ``[algorithm]`` and ``[protocol]`` tables are validated by the
+    settings class of the chosen algorithm and protocol.
+    """
     data = copy.deepcopy(data)
-    algorithm_data = data.pop("algorithm", {})
-    if not isinstance(algorithm_data, dict):
-        return None, [Problem("algorithm", "must be a table")]
+    tables = {key: data.pop(key, {}) for key in ("algorithm", "protocol")}
+    for key, table in tables.items():
+        if not isinstance(table, dict):
+            return None, [Problem(key, "must be a table")]
+    problems: list[Problem] = []
+    scenario = None
     try:
         scenario = Scenario.model_validate(data)
     except ValidationError as error:
-        return None, _problems_from(error)
-    name = algorithm_data.get("name", AlgorithmSettings().name)
+        problems += _problems_from(error)
+    algorithm = protocol = None
+    name = tables["algorithm"].get("name", AlgorithmSettings().name)
     if name not in ALGORITHMS:
         allowed = ", ".join(ALGORITHMS.names())
-        return None, [Problem("algorithm.name", f"unknown algorithm {name!r}; allowed: {allowed}")]
-    settings_class = ALGORITHMS.get(name).Settings
-    try:
-        scenario.algorithm = settings_class.model_validate({**algorithm_data, "name": name})
-    except ValidationError as error:
-        return None, _problems_from(error, "algorithm")
+        problems.append(
+            Problem("algorithm.name", f"unknown algorithm {name!r}; allowed: {allowed}")
+        )
+    else:
+        algorithm, found = _validate_section(
+            tables["algorithm"], "algorithm", name, ALGORITHMS.get(name).Settings
+        )
+        problems += found
+    kind = tables["protocol"].get("kind", ProtocolSettings().kind)
+    if kind not in PROTOCOLS:
+        allowed = ", ".join(PROTOCOLS.names())
+        problems.append(Problem("protocol.kind", f"unknown protocol {kind!r}; allowed: {allowed}"))
+    else:
+        foreign = _foreign_protocol_keys(tables["protocol"], kind)
+        problems += foreign
+        if not foreign:
+            protocol, found = _validate_section(
+                tables["protocol"], "protocol", kind, protocol_settings(kind)
+            )
+            problems += found
+    if problems or scenario is None:
+        return None, problems
+    scenario.algorithm = algorithm  # type: ignore[assignment]
+    scenario.protocol = protocol  # type: ignore[assignment]
     problems = _check_names(scenario)
     return (None if problems else scenario), problems
 

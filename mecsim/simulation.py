@@ -14,21 +14,23 @@ import gc
 import time
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import simpy
 
-from mecsim.algorithms.base import Algorithm, Task, Upload
+from mecsim.algorithms.base import SERVER, Algorithm, RoundContext, Task, Upload
 from mecsim.cost import compute_cost, training_flops, transmit_cost
 from mecsim.devices import DeviceProfile
 from mecsim.evaluation import Evaluation, Evaluator
 from mecsim.executors import ClientJob, Executor, JobResult
 from mecsim.network import ClientProfile, Network, Transfer
-from mecsim.recorder import SERVER, Recorder
+from mecsim.recorder import Recorder
 from mecsim.rng import numpy_rng
-from mecsim.scenario import ProtocolConfig
 from mecsim.state import Payload, payload_nbytes
+
+if TYPE_CHECKING:
+    from mecsim.protocols.settings import ProtocolSettings
 
 Process = Generator[simpy.Event, Any, Any]
 
@@ -51,12 +53,13 @@ class Simulation:
         executor: Executor,
         network: Network,
         clients: Sequence[ClientProfile],
-        train_indices: Sequence[Any],
+        indices: Sequence[dict[str, Any]],
         server_device: DeviceProfile,
         evaluator: Evaluator,
-        protocol: ProtocolConfig,
+        protocol: ProtocolSettings,
         seed: int,
-        per_sample_flops: int = 0,
+        per_sample_flops: dict[str, int] | None = None,
+        public_nbytes: int = 0,
         on_round: Callable[[dict[str, Any]], None] | None = None,
     ) -> None:
         self.env = simpy.Environment()
@@ -64,13 +67,14 @@ class Simulation:
         self.executor = executor
         self.network = network
         self.clients = list(clients)
-        self.train_indices = list(train_indices)
-        self.num_samples = [len(i) for i in self.train_indices]
+        self.indices = [dict(i) for i in indices]
+        self.num_samples = [len(i["train"]) for i in self.indices]
         self.server_device = server_device
         self.evaluator = evaluator
         self.protocol = protocol
         self.seed = seed
-        self.per_sample_flops = per_sample_flops
+        self.per_sample_flops = per_sample_flops or {}
+        self.public_nbytes = public_nbytes
         self.on_round = on_round
         self.recorder = Recorder()
         self.server_state = algorithm.init_server_state()
@@ -109,12 +113,23 @@ class Simulation:
             p = sizes / sizes.sum()
         return sorted(pool[int(i)] for i in rng.choice(len(pool), size=k, replace=False, p=p))
 
-    def payloads(self, selected: Sequence[int]) -> dict[int, Payload | None]:
+    def context(self, round_: int, client: int | None) -> RoundContext:
+        """The :class:`RoundContext` of a hook run by the simulator (downlink, aggregate)."""
+        sizes = (
+            {}
+            if client is None or client < 0
+            else {k: len(v) for k, v in self.indices[client].items()}
+        )
+        return RoundContext(round_, client, sizes, self.seed)
+
+    def payloads(self, selected: Sequence[int], round_: int = 0) -> dict[int, Payload | None]:
         """The downlink payload of each selected client (one shared object if broadcast)."""
         if self.algorithm.broadcast:
-            shared = self.algorithm.downlink(self.server_state, None)
+            shared = self.algorithm.downlink(self.server_state, self.context(round_, None))
             return {c: shared for c in selected}
-        return {c: self.algorithm.downlink(self.server_state, c) for c in selected}
+        return {
+            c: self.algorithm.downlink(self.server_state, self.context(round_, c)) for c in selected
+        }
 
     def execute(
         self,
@@ -125,7 +140,7 @@ class Simulation:
     ) -> dict[int, JobResult]:
         """Run clients' jobs now (real work; no simulated time passes).
 
-        ``tasks`` restricts the job to some of the algorithm's tasks and
+        ``tasks`` restricts the job to some of the round's tasks and
         ``steps[client]`` overrides their step counts (wait-free windows).
         """
         jobs = [
@@ -134,7 +149,7 @@ class Simulation:
                 round_,
                 self.client_states[c],
                 payload,
-                self.train_indices[c],
+                self.indices[c],
                 tasks,
                 (steps or {}).get(c, {}),
             )
@@ -144,6 +159,10 @@ class Simulation:
         results = {r.client: r for r in self.executor.run(jobs)}
         self._train_wall_s += time.perf_counter() - started
         return results
+
+    def tasks(self, round_: int) -> tuple[Task, ...]:
+        """The algorithm's client tasks of ``round_``."""
+        return self.algorithm.round_tasks(round_)
 
     def downlink_transfers(
         self, round_: int, payloads: dict[int, Payload | None]
@@ -246,15 +265,98 @@ class Simulation:
         return transfer
 
     def aggregate(self, round_: int, uploads: list[Upload]) -> Process:
-        """Server aggregates: duration = aggregation FLOPs / server FLOP/s."""
+        """Server aggregates (FLOPs / server FLOP/s), then runs its server tasks, if any."""
         flops = self.algorithm.aggregation_flops(self.server_state, uploads)
         seconds, energy = compute_cost(flops, self.server_device)
         start = self.env.now
         yield self.env.timeout(seconds)
-        self.server_state = self.algorithm.aggregate(self.server_state, uploads)
+        self.server_state = self.algorithm.aggregate(
+            self.server_state, uploads, self.context(round_, SERVER)
+        )
         self.recorder.event(
             round_, SERVER, "aggregate", start, self.env.now, flops=flops, energy_j=energy
         )
+        yield from self.server_work(round_)
+
+    def mix(self, round_: int, upload: Upload, weight: float) -> Process:
+        """Asynchronous server update through the algorithm's ``mix`` hook, timed like aggregate."""
+        flops = self.algorithm.aggregation_flops(self.server_state, [upload, upload])
+        seconds, energy = compute_cost(flops, self.server_device)
+        start = self.env.now
+        yield self.env.timeout(seconds)
+        self.server_state = self.algorithm.mix(
+            self.server_state, upload, weight, self.context(round_, SERVER)
+        )
+        self.recorder.event(
+            round_, SERVER, "aggregate", start, self.env.now, flops=flops, energy_j=energy
+        )
+        yield from self.server_work(round_)
+
+    def server_work(self, round_: int) -> Process:
+        """Run the algorithm's server tasks on the server state, timed on the server device."""
+        tasks = self.algorithm.server_tasks(round_)
+        if not tasks:
+            return
+        public = self.indices[0].get("public") if self.indices else None
+        job = ClientJob(
+            SERVER,
+            round_,
+            self.server_state,
+            None,
+            {} if public is None else {"public": public},
+            server=True,
+        )
+        started = time.perf_counter()
+        (result,) = self.executor.run([job])
+        self._train_wall_s += time.perf_counter() - started
+        self.server_state = result.state
+        for task in tasks:
+            if task.name not in result.task_flops:
+                continue
+            flops = result.task_flops[task.name]
+            seconds, energy = compute_cost(flops, self.server_device)
+            start = self.env.now
+            yield self.env.timeout(seconds)
+            self.recorder.event(
+                round_,
+                SERVER,
+                f"server:{task.name}",
+                start,
+                self.env.now,
+                flops=flops,
+                energy_j=energy,
+            )
+
+    def public_download(self) -> Process:
+        """Every client downloads the public split once, before round 0 (a broadcast)."""
+        if not self.public_nbytes:
+            return
+        clients = range(len(self.clients))
+        nbytes = dict.fromkeys(clients, self.public_nbytes)
+        transfers = self.network.downlink(nbytes, -1, True)
+        start = self.env.now
+        on_air = max(t.duration_s for t in transfers.values())
+        self.recorder.event(
+            -1,
+            SERVER,
+            "downlink-send:public",
+            start,
+            start + on_air,
+            nbytes=self.public_nbytes,
+            energy_j=self.network.server_tx_power_w * on_air,
+        )
+        for c, t in transfers.items():
+            self.recorder.event(
+                -1,
+                c,
+                "download:public",
+                start,
+                start + t.duration_s,
+                nbytes=t.nbytes,
+                rate_bps=t.rate_bps,
+                snr_db=t.snr_db,
+            )
+        yield self.env.timeout(on_air)
 
     # --- bookkeeping -----------------------------------------------------------------
     def end_round(
@@ -321,12 +423,17 @@ class Simulation:
     def step_seconds(self, client: int, task: Task) -> float:
         """Simulated seconds of one SGD step of ``task`` on ``client``'s device."""
         schedule = self.algorithm.schedule(task)
-        batch = min(schedule.batch_size, self.num_samples[client])
-        extra = self.algorithm.extra_flops(
-            task, self.algorithm.initial, 2
-        ) - self.algorithm.extra_flops(task, self.algorithm.initial, 1)
-        flops = training_flops(batch, self.per_sample_flops) + extra
+        arch = self.algorithm.arch(client)
+        batch = min(schedule.batch_size, len(self.indices[client][task.split]))
+        extra = self.algorithm.extra_flops(task, arch.initial, 2) - self.algorithm.extra_flops(
+            task, arch.initial, 1
+        )
+        flops = training_flops(batch, self.per_sample_flops[arch.name]) + extra
         return flops / self.clients[client].device.flops_per_s
+
+    def _run(self, protocol_process: Callable[[Simulation], Process]) -> Process:
+        yield from self.public_download()
+        yield from protocol_process(self)
 
     def run(self, protocol_process: Callable[[Simulation], Process]) -> None:
         """Run ``protocol_process`` (a server process) to completion.
@@ -340,6 +447,6 @@ class Simulation:
         gc.freeze()
         try:
             # stop when the protocol is done (asynchronous clients may still be busy)
-            self.env.run(until=self.env.process(protocol_process(self)))
+            self.env.run(until=self.env.process(self._run(protocol_process)))
         finally:
             gc.unfreeze()

@@ -9,6 +9,7 @@ never typed in by hand.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import torch
@@ -40,10 +41,32 @@ class ModelState:
         Sharing storage is safe: mecsim never updates a state in place (the
         trainer and aggregation build new tensors).
         """
+        missing = [k for k in (*template.params, *template.buffers) if k not in payload]
+        if missing:
+            raise KeyError(
+                f"payload lacks {len(missing)} model entries (first: {missing[0]!r}); "
+                "merge a partial payload into a state with ModelState.merge"
+            )
         return cls(
             {k: payload[k] for k in template.params},
             {k: payload[k] for k in template.buffers},
         )
+
+    def merge(self, payload: Payload) -> ModelState:
+        """A copy of this state with the entries ``payload`` holds replaced (partial downloads).
+
+        Keys of the payload that this state lacks are ignored: a payload may
+        carry other tensors (control variates, logits) beside model entries.
+        """
+        return ModelState(
+            {k: payload.get(k, v) for k, v in self.params.items()},
+            {k: payload.get(k, v) for k, v in self.buffers.items()},
+        )
+
+    def select(self, keys: Iterable[str]) -> Payload:
+        """The entries named ``keys`` as a payload (shared storage, no copy)."""
+        flat = self.to_payload()
+        return {k: flat[k] for k in keys}
 
     def clone(self) -> ModelState:
         return ModelState(

@@ -1,32 +1,49 @@
-"""The shared local trainer: SGD on a loss written as a pure function of parameters.
+"""The shared local trainer: SGD on a pure loss of what the model computes.
 
-Algorithms never write an SGD loop. They supply a loss *term*
-``term(params, context) -> scalar`` (FedProx's proximal term, Ditto's
-``||w - w_G||^2``, a distillation loss, ...) that is added to the
-cross-entropy of the model evaluated with ``torch.func.functional_call``.
-Because the loss is a pure function of ``(params, buffers, batch, context)``,
-the same code runs one client at a time (here) or vmapped over stacked
-client states (a batched executor).
+Algorithms never write an SGD loop. A task's loss is a pure function
 
-Batch order is drawn from a per-(client, round, task) ``torch.Generator``,
-so a client's training is reproducible and independent of other clients.
+    loss(forward, params, batch, consts) -> scalar
+
+* ``forward(x)`` runs the model being trained and returns its
+  :data:`Outputs` (``logits`` and ``features``, the input of the classifier
+  head); ``forward(x, other_params, other_buffers)`` runs another model of
+  the same architecture (a teacher, the global model, a previous model);
+* ``params`` are the trainable and frozen parameters of the trained model;
+* ``batch`` maps a split name to its mini-batch, ``{"x": ..., "y": ...}``
+  (``y`` absent for unlabeled public data);
+* ``consts`` are the task's constant tensors (the global weights, a target
+  spectrum, control variates, ...).
+
+Because the loss is pure, the same code runs one client at a time (here) or
+vmapped over stacked client states (:mod:`mecsim.executors.batched`).
+Batch order is drawn from per-(client, round, task[, split]) generators, so
+a client's training is reproducible and independent of other clients.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.func import functional_call
 
+from mecsim.models.layers import WEIGHTED
 from mecsim.state import ModelState, TensorDict
 
-LossTerm = Callable[[TensorDict, TensorDict], Tensor]
-"""An algorithm's extra loss: ``term(params, context) -> scalar tensor``."""
+Outputs = dict[str, Tensor]
+"""What a forward pass yields: ``logits`` and ``features`` (the classifier head's input)."""
+
+Batch = dict[str, dict[str, Tensor]]
+"""Split name -> mini-batch ``{"x": inputs, "y": labels}`` (``y`` absent when hidden)."""
+
+Forward = Callable[..., Outputs]
+"""``forward(x)`` for the trained model, ``forward(x, params, buffers)`` for another one."""
+
+Loss = Callable[[Forward, TensorDict, Batch, TensorDict], Tensor]
+"""A task's loss: ``loss(forward, params, batch, consts) -> scalar tensor``."""
 
 
 @dataclass(frozen=True)
@@ -34,9 +51,9 @@ class Schedule:
     """How long and how a task trains.
 
     Args:
-        epochs: passes over the client's training data (used when ``steps`` is None).
+        epochs: passes over the task's split (used when ``steps`` is None).
         steps: exact number of SGD steps; overrides ``epochs``.
-        batch_size: samples per step (the last batch of an epoch may be smaller).
+        batch_size: samples per step of the task's split.
         lr, momentum, weight_decay: SGD settings (torch.optim.SGD semantics, dampening 0).
         trainable: names of the parameters this task updates; None means all.
     """
@@ -56,9 +73,20 @@ class Schedule:
         return self.epochs * math.ceil(num_samples / self.batch_size)
 
 
+@dataclass(frozen=True)
+class SplitData:
+    """One split of one job: the dataset tensors and the job's indices into them."""
+
+    x: Tensor
+    y: Tensor | None
+    indices: Tensor
+    batch_size: int
+    generator: torch.Generator
+
+
 @dataclass
 class TrainResult:
-    """A trained state and the work done: steps, samples forwarded with gradients, FLOPs.
+    """A task's result: the new state, the work done, and outputs of an inference task.
 
     ``flops`` is filled in by the executor that metered the work.
     """
@@ -67,50 +95,94 @@ class TrainResult:
     steps: int
     samples: int
     flops: int = 0
+    outputs: TensorDict = field(default_factory=dict)
 
 
-def batch_order(num_samples: int, schedule: Schedule, generator: torch.Generator) -> Tensor:
-    """Positions (into the client's index tensor) of each step's batch, shape [steps, b].
+class ModelFunction:
+    """An architecture template run functionally, yielding logits and head features.
+
+    The template's own tensors are never read: every call passes parameters
+    and buffers explicitly (``torch.func.functional_call``). A forward
+    pre-hook on the head (the last conv/linear module) captures its input as
+    ``features``; the capture is local to the call, so it is safe under vmap.
+    """
+
+    def __init__(self, model: nn.Module) -> None:
+        self.model = model
+        heads = [m for m in model.modules() if isinstance(m, WEIGHTED)]
+        self._sink: dict[str, Tensor] | None = None
+        if heads:
+            heads[-1].register_forward_pre_hook(self._capture)
+
+    def _capture(self, module: nn.Module, args: tuple) -> None:
+        if self._sink is not None:
+            self._sink["features"] = args[0]
+
+    def __call__(self, params: TensorDict, buffers: TensorDict, x: Tensor) -> Outputs:
+        sink: dict[str, Tensor] = {}
+        previous, self._sink = self._sink, sink
+        try:
+            logits = functional_call(self.model, (params, buffers), (x,))
+        finally:
+            self._sink = previous
+        return {"logits": logits, **sink}
+
+    def bind(self, params: TensorDict, buffers: TensorDict) -> Forward:
+        """The ``forward`` a loss receives: the trained model unless another is given.
+
+        Another model's buffers are copied first: in training mode BatchNorm
+        updates running statistics in place, and a teacher's must not change.
+        """
+
+        def forward(
+            x: Tensor, other: TensorDict | None = None, other_buffers: TensorDict | None = None
+        ) -> Outputs:
+            if other is None:
+                return self(params, buffers, x)
+            source = buffers if other_buffers is None else other_buffers
+            return self(other, {k: v.clone() for k, v in source.items()}, x)
+
+        return forward
+
+
+def batch_order(num_samples: int, steps: int, size: int, generator: torch.Generator) -> Tensor:
+    """Positions (into a split's index tensor) of each step's batch, shape [steps, size].
 
     Batches are consecutive chunks of a stream of fresh permutations (one per
-    pass over the data), so every step sees exactly ``b = min(batch_size,
-    num_samples)`` samples and an epoch's tail continues into the next pass.
-    Equal batch sizes let a batched executor step many clients in lockstep
-    with results identical to one client at a time.
+    pass over the data), so every step sees exactly ``size`` samples and an
+    epoch's tail continues into the next pass. Equal batch sizes let a
+    batched executor step many clients in lockstep with results identical to
+    one client at a time.
     """
-    steps = schedule.num_steps(num_samples)
-    size = min(schedule.batch_size, num_samples)
-    passes = math.ceil(steps * size / num_samples)
+    passes = math.ceil(steps * size / num_samples) if steps else 0
     stream = torch.cat(
         [
             torch.randperm(num_samples, generator=generator, device=generator.device)
             for _ in range(passes)
         ]
+        or [torch.empty(0, dtype=torch.long, device=generator.device)]
     )
     return stream[: steps * size].view(steps, size)
 
 
-def classification_loss(
-    model: nn.Module,
-    params: TensorDict,
-    buffers: TensorDict,
-    x: Tensor,
-    y: Tensor,
-    context: TensorDict,
-    term: LossTerm | None,
-) -> Tensor:
-    """Cross-entropy of ``model`` with ``params``/``buffers`` on (x, y), plus ``term``.
+def step_batches(splits: Mapping[str, SplitData], steps: int) -> dict[str, Tensor]:
+    """Per split: dataset indices of every step's batch, shape [steps, b] (b = min(size, n))."""
+    out = {}
+    for name, split in splits.items():
+        size = min(split.batch_size, len(split.indices))
+        out[name] = split.indices[batch_order(len(split.indices), steps, size, split.generator)]
+    return out
 
-    A ``logit_bias`` entry in ``context`` is added to the logits before the
-    cross-entropy (logit adjustment, e.g. FedRoD's balanced softmax).
-    """
-    logits = functional_call(model, (params, buffers), (x,))
-    if "logit_bias" in context:
-        logits = logits + context["logit_bias"]
-    loss = F.cross_entropy(logits, y)
-    if term is not None:
-        loss = loss + term(params, context)
-    return loss
+
+def gather(splits: Mapping[str, SplitData], indices: Mapping[str, Tensor]) -> Batch:
+    """The mini-batch of each split at ``indices`` (labels only where the split has them)."""
+    batch: Batch = {}
+    for name, split in splits.items():
+        idx = indices[name]
+        batch[name] = (
+            {"x": split.x[idx]} if split.y is None else {"x": split.x[idx], "y": split.y[idx]}
+        )
+    return batch
 
 
 def sgd_update(
@@ -132,44 +204,54 @@ def sgd_update(
 
 
 def train(
-    model: nn.Module,
+    function: ModelFunction,
     state: ModelState,
-    x: Tensor,
-    y: Tensor,
-    indices: Tensor,
+    splits: Mapping[str, SplitData],
     schedule: Schedule,
-    generator: torch.Generator,
-    term: LossTerm | None = None,
-    context: TensorDict | None = None,
+    loss: Loss,
+    consts: TensorDict | None = None,
 ) -> TrainResult:
-    """Train ``state`` on samples ``x[indices]``, ``y[indices]``; return the new state.
+    """Train ``state`` with ``loss`` on mini-batches of ``splits``; return the new state.
 
-    ``model`` is only an architecture template: its own tensors are never read
-    or written. BatchNorm running statistics update in the returned buffers.
+    The first split is the task's own: the schedule's epochs are passes over
+    it. Every step draws one batch of every split. BatchNorm running
+    statistics update in the returned buffers.
     """
-    context = context or {}
+    consts = consts or {}
+    primary = next(iter(splits.values()))
+    steps = schedule.num_steps(len(primary.indices))
     trainable = schedule.trainable
     params = {k: v.detach() for k, v in state.params.items()}
     buffers = {k: v.clone() for k, v in state.buffers.items()}
+    names = [k for k in params if trainable is None or k in trainable]
     momentum: TensorDict = {}
-    samples = 0
-    batches = batch_order(len(indices), schedule, generator)
-    model.train()
-    for positions in batches:
-        batch = indices[positions]
-        names = [k for k in params if trainable is None or k in trainable]
+    orders = step_batches(splits, steps)
+    function.model.train()
+    for t in range(steps):
+        batch = gather(splits, {name: order[t] for name, order in orders.items()})
         leaves = {k: params[k].requires_grad_(True) for k in names}
-        loss = classification_loss(
-            model, {**params, **leaves}, buffers, x[batch], y[batch], context, term
-        )
+        current = {**params, **leaves}
+        value = loss(function.bind(current, buffers), current, batch, consts)
         grads = dict(
-            zip(names, torch.autograd.grad(loss, [leaves[k] for k in names]), strict=False)
+            zip(names, torch.autograd.grad(value, [leaves[k] for k in names]), strict=True)
         )
         with torch.no_grad():
             params, momentum = sgd_update(params, grads, momentum, schedule)
         params = {k: v.detach() for k, v in params.items()}
-        samples += len(batch)
-    return TrainResult(ModelState(params, buffers), len(batches), samples)
+    size = min(primary.batch_size, len(primary.indices))
+    return TrainResult(ModelState(params, buffers), steps, steps * size)
+
+
+@torch.no_grad()
+def infer(
+    function: ModelFunction, state: ModelState, x: Tensor, batch_size: int = 1024
+) -> TensorDict:
+    """Outputs (logits, features) of ``state`` on every sample of ``x`` (eval mode)."""
+    function.model.eval()
+    chunks = [function(state.params, state.buffers, chunk) for chunk in x.split(batch_size)]
+    if not chunks:
+        chunks = [function(state.params, state.buffers, x[:0])]
+    return {k: torch.cat([c[k] for c in chunks]) for k in chunks[0]}
 
 
 @torch.no_grad()

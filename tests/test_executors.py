@@ -4,12 +4,13 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from mecsim.algorithms.losses import cross_entropy_loss
 from torch import nn
 
 import mecsim
 from mecsim.executors import train_batched
 from mecsim.state import ModelState
-from mecsim.training import Schedule, train
+from mecsim.training import ModelFunction, Schedule, SplitData, train
 
 
 def assert_states_close(a, b, atol=1e-5):
@@ -37,14 +38,21 @@ def test_train_batched_equals_train_per_client_with_uneven_sample_counts():
     schedule = Schedule(epochs=1, batch_size=16, lr=0.1, momentum=0.9, weight_decay=1e-4)
     anchor = {k: torch.zeros_like(v) for k, v in starts[0].params.items()}
 
-    def term(params, ctx):
-        return 0.01 * sum((params[k] - ctx[k]).pow(2).sum() for k in ctx)
+    def loss(forward, params, batch, consts):
+        ce = cross_entropy_loss("train")(forward, params, batch, consts)
+        return ce + 0.01 * sum((params[k] - consts[k]).pow(2).sum() for k in consts)
 
-    gens = lambda: [torch.Generator().manual_seed(i) for i in range(3)]  # noqa: E731
-    batched = train_batched(model, starts, x, y, indices, schedule, gens(), term, [anchor] * 3)
+    def splits(seed):
+        return [
+            {"train": SplitData(x, y, i, 16, torch.Generator().manual_seed(seed + n))}
+            for n, i in enumerate(indices)
+        ]
+
+    function = ModelFunction(model)
+    batched = train_batched(function, starts, splits(0), schedule, loss, [anchor] * 3)
     serial = [
-        train(model, s, x, y, i, schedule, gen, term, anchor)
-        for s, i, gen in zip(starts, indices, gens(), strict=True)
+        train(function, s, sp, schedule, loss, anchor)
+        for s, sp in zip(starts, splits(0), strict=True)
     ]
 
     assert [r.steps for r in batched] == [r.steps for r in serial] == [3, 2, 7]

@@ -121,12 +121,15 @@ def test_wait_free_broadcasts_to_unselected_clients(tiny):
 
 @pytest.mark.parametrize("kind", ["fedasync", "fedbuff"])
 def test_async_updates_respect_causality(tiny, kind):
-    overrides = BASE + [
-        "algorithm.name=fedavg",
-        f"protocol.kind={kind}",
-        "protocol.rounds=6",
-        "protocol.buffer_size=2",
-    ]
+    overrides = (
+        BASE
+        + [
+            "algorithm.name=fedavg",
+            f"protocol.kind={kind}",
+            "protocol.rounds=6",
+        ]
+        + (["protocol.buffer_size=2"] if kind == "fedbuff" else [])
+    )
     result = mecsim.run(tiny, overrides, write=False)
 
     rounds, events = result.rounds, result.events
@@ -212,7 +215,14 @@ def test_compare_cli_prints_speedups(tmp_path, tiny, capsys):
 
 @pytest.mark.parametrize("kind", ["wait_free", "fedasync", "fedbuff"])
 def test_protocols_that_need_uploads_reject_local_training(tiny, kind):
-    from mecsim.errors import ConfigError
+    from mecsim.scenario import ScenarioError
 
-    with pytest.raises(ConfigError, match="needs an algorithm that uploads"):
+    with pytest.raises(ScenarioError, match=f"'local' does not run under '{kind}'"):
         mecsim.run(tiny, ["algorithm.name=local", f"protocol.kind={kind}"], write=False)
+
+
+def test_a_key_of_another_protocol_names_the_protocol_it_belongs_to(tiny):
+    from mecsim.scenario import ScenarioError
+
+    with pytest.raises(ScenarioError, match="buffer_size: is a setting of protocol 'fedbuff'"):
+        mecsim.load_scenario(tiny, ["protocol.kind=fedasync", "protocol.buffer_size=3"])

@@ -1,8 +1,22 @@
 import torch
+from mecsim.algorithms.losses import cross_entropy_loss
 from torch import nn
 
 from mecsim.state import ModelState
-from mecsim.training import Schedule, batch_order, train
+from mecsim.training import ModelFunction, Schedule, SplitData, batch_order, train
+
+
+def fit(model, start, x, y, indices, schedule, generator, loss=None, consts=None):
+    """The shared trainer on one training split (the old positional form)."""
+    split = SplitData(x, y, indices, schedule.batch_size, generator)
+    return train(
+        ModelFunction(model),
+        start,
+        {"train": split},
+        schedule,
+        loss or cross_entropy_loss("train"),
+        consts,
+    )
 
 
 def small_model() -> nn.Module:
@@ -20,9 +34,9 @@ def test_functional_sgd_matches_torch_optim_sgd():
     x, y = data()
     indices = torch.arange(40)
     schedule = Schedule(epochs=2, batch_size=8, lr=0.1, momentum=0.9, weight_decay=1e-3)
-    order = batch_order(40, schedule, torch.Generator().manual_seed(5))
+    order = batch_order(40, schedule.num_steps(40), 8, torch.Generator().manual_seed(5))
 
-    result = train(
+    result = fit(
         model, ModelState.of(model), x, y, indices, schedule, torch.Generator().manual_seed(5)
     )
 
@@ -46,7 +60,7 @@ def test_training_does_not_touch_the_input_state_or_template():
     before = start.clone()
     x, y = data()
 
-    train(model, start, x, y, torch.arange(40), Schedule(steps=3), torch.Generator().manual_seed(0))
+    fit(model, start, x, y, torch.arange(40), Schedule(steps=3), torch.Generator().manual_seed(0))
 
     for name in before.params:
         assert torch.equal(start.params[name], before.params[name])
@@ -60,7 +74,7 @@ def test_steps_override_epochs_and_trainable_freezes_the_rest():
         epochs=5, steps=7, batch_size=8, trainable=frozenset({"3.weight", "3.bias"})
     )
 
-    result = train(
+    result = fit(
         model,
         ModelState.of(model),
         x,
@@ -76,19 +90,20 @@ def test_steps_override_epochs_and_trainable_freezes_the_rest():
     assert not torch.equal(result.state.params["3.weight"], start.params["3.weight"])
 
 
-def test_loss_term_changes_the_result():
+def test_a_loss_with_a_proximal_term_changes_the_result():
     model = small_model()
     x, y = data()
     start = ModelState.of(model)
     anchor = {k: torch.zeros_like(v) for k, v in start.params.items()}
 
-    def pull_to_zero(params, ctx):
-        return 10.0 * sum((params[k] - ctx[k]).pow(2).sum() for k in ctx)
+    def pull_to_zero(forward, params, batch, consts):
+        ce = cross_entropy_loss("train")(forward, params, batch, consts)
+        return ce + 10.0 * sum((params[k] - consts[k]).pow(2).sum() for k in consts)
 
-    plain = train(
+    plain = fit(
         model, start, x, y, torch.arange(40), Schedule(steps=5), torch.Generator().manual_seed(0)
     )
-    pulled = train(
+    pulled = fit(
         model,
         start,
         x,
@@ -105,9 +120,9 @@ def test_loss_term_changes_the_result():
 
 
 def test_batch_order_is_seeded_full_sized_and_covers_each_pass():
-    schedule = Schedule(epochs=2, batch_size=4)
-    a = batch_order(10, schedule, torch.Generator().manual_seed(1))
-    b = batch_order(10, schedule, torch.Generator().manual_seed(1))
+    steps = Schedule(epochs=2, batch_size=4).num_steps(10)
+    a = batch_order(10, steps, 4, torch.Generator().manual_seed(1))
+    b = batch_order(10, steps, 4, torch.Generator().manual_seed(1))
 
     assert torch.equal(a, b)
     assert a.shape == (6, 4)  # 2 epochs x ceil(10 / 4) steps, every batch full
@@ -116,7 +131,7 @@ def test_batch_order_is_seeded_full_sized_and_covers_each_pass():
 
 
 def test_batch_order_uses_all_samples_when_fewer_than_a_batch():
-    order = batch_order(3, Schedule(steps=4, batch_size=16), torch.Generator().manual_seed(0))
+    order = batch_order(3, 4, 3, torch.Generator().manual_seed(0))
 
     assert order.shape == (4, 3)
     assert all(sorted(row.tolist()) == [0, 1, 2] for row in order)

@@ -145,3 +145,33 @@ def _matching_test(
         else:
             drawn.append(np.concatenate([pool, rng.choice(pool, quota - len(pool))]))
     return np.sort(np.concatenate(drawn))
+
+
+def hold_out_public(
+    dataset: Dataset, size: int, seed: int
+) -> tuple[Dataset, torch.Tensor, torch.Tensor]:
+    """Move ``size`` training samples (stream ``("public",)``) out of ``dataset`` as the public split.
+
+    Returns the dataset without them, and the public inputs and labels. With
+    ``size = 0`` the dataset is returned unchanged (and the public split is empty).
+    """
+    empty_x = dataset.x_train[:0]
+    if size == 0:
+        return dataset, empty_x, dataset.y_train[:0]
+    n = len(dataset.y_train)
+    if size >= n:
+        raise ConfigError(
+            "data.public_size", f"{size} leaves no training data ({n} samples); use fewer"
+        )
+    if dataset.natural_partition is not None:
+        raise ConfigError(
+            "data.public_size", f"{dataset.name} is naturally partitioned; use public_size = 0"
+        )
+    chosen = np.sort(numpy_rng(seed, "public").choice(n, size, replace=False))
+    keep = np.setdiff1d(np.arange(n), chosen)
+    public = torch.as_tensor(chosen)
+    rest = torch.as_tensor(keep)
+    trimmed = dataclasses.replace(
+        dataset, x_train=dataset.x_train[rest], y_train=dataset.y_train[rest]
+    )
+    return trimmed, dataset.x_train[public], dataset.y_train[public]

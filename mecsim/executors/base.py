@@ -4,8 +4,9 @@ A job is pure: (client state, received payload, client data, seeded batch
 order) -> (new client state, upload payload, FLOPs per task). An executor may
 therefore run a round's ready jobs in any order, all at once, or on other
 machines; the results do not depend on the backend. Executors differ only in
-how they train a list of (start state, data) pairs for one task: see
-:func:`run_tasks`.
+how they train a :class:`TaskBatch` (the jobs of one task that share an
+architecture and a schedule): see :func:`run_tasks`. Server work is a job
+too (client :data:`~mecsim.algorithms.base.SERVER`, on the server state).
 """
 
 from __future__ import annotations
@@ -16,31 +17,39 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
-from mecsim.algorithms.base import Algorithm, ClientState, Task
-from mecsim.cost import FlopMeter
+from mecsim.algorithms.base import Algorithm, ClientState, RoundContext, Task
+from mecsim.cost import training_flops
+from mecsim.models.catalog import ModelCatalog
 from mecsim.rng import torch_generator
 from mecsim.state import ModelState, Payload, TensorDict
-from mecsim.training import Schedule, TrainResult
+from mecsim.training import ModelFunction, Schedule, SplitData, TrainResult, infer
 
 
 @dataclass
 class ClientJob:
-    """One client's work for one round."""
+    """One client's (or the server's) work for one round."""
 
     client: int
     round: int
     state: ClientState
     payload: Payload | None
-    train_indices: Tensor
+    indices: dict[str, Tensor]
+    """Per split (``train``, ``val``, ``public``): indices into that split's tensors."""
     tasks: tuple[str, ...] | None = None
-    """Names of the tasks to run (None: all, in the algorithm's order)."""
+    """Names of the tasks to run (None: all of the round's, in order)."""
     steps: dict[str, int] = field(default_factory=dict)
     """Per-task SGD step counts overriding the algorithm's schedule (wait-free windows)."""
+    server: bool = False
+    """A server job: runs the algorithm's server tasks on the server state."""
 
     def runs(self, task: Task) -> bool:
         return self.tasks is None or task.name in self.tasks
+
+    @property
+    def train_indices(self) -> Tensor:
+        return self.indices["train"]
 
 
 @dataclass
@@ -56,83 +65,141 @@ class JobResult:
 
 @dataclass
 class TrainingContext:
-    """What every job of a run shares: algorithm, architecture, data tensors, seed."""
+    """What every job of a run shares: algorithm, architectures, data tensors, seed.
+
+    ``data`` maps a split name to its (inputs, labels) tensors; ``val``
+    shares the training tensors, and ``public`` labels are None unless the
+    algorithm asks for labeled public data.
+    """
 
     algorithm: Algorithm
-    model: nn.Module
-    meter: FlopMeter
-    x: Tensor
-    y: Tensor
+    models: ModelCatalog
+    functions: dict[str, ModelFunction]
+    per_sample_flops: dict[str, int]
+    data: dict[str, tuple[Tensor, Tensor | None]]
     seed: int
+
+    @property
+    def device(self) -> torch.device:
+        return self.data["train"][0].device
+
+    def arch_name(self, job: ClientJob) -> str:
+        return self.models.of(job.client).name
 
 
 @dataclass(frozen=True)
 class TaskBatch:
-    """The inputs of one task for several jobs, aligned by position."""
+    """The inputs of one task for several jobs of one architecture, aligned by position."""
 
     task: Task
     schedule: Schedule
+    arch: str
     jobs: Sequence[ClientJob]
     starts: Sequence[ModelState]
-    contexts: Sequence[TensorDict]
+    consts: Sequence[TensorDict]
     seed: int
-    device: torch.device
+    data: dict[str, tuple[Tensor, Tensor | None]]
 
-    def generator(self, position: int) -> torch.Generator:
-        """The batch-order stream of job ``position``: (seed, "batches", client, round, task)."""
+    def generator(self, position: int, split: str | None = None) -> torch.Generator:
+        """The batch-order stream of job ``position``: (seed, "batches", client, round, task[, split])."""
         job = self.jobs[position]
+        extra = () if split is None or split == self.task.split else (split,)
+        device = self.data["train"][0].device
         return torch_generator(
-            self.seed, "batches", job.client, job.round, self.task.name, device=self.device
+            self.seed, "batches", job.client, job.round, self.task.name, *extra, device=device
         )
 
-    @property
-    def generators(self) -> list[torch.Generator]:
-        return [self.generator(i) for i in range(len(self.jobs))]
+    def splits(self, position: int) -> dict[str, SplitData]:
+        """The splits job ``position`` reads, the task's own first, with their batch streams."""
+        job = self.jobs[position]
+        sizes = {self.task.split: self.schedule.batch_size, **dict(self.task.also)}
+        out = {}
+        for name, size in sizes.items():
+            x, y = self.data["train" if name == "val" else name]
+            out[name] = SplitData(x, y, job.indices[name], size, self.generator(position, name))
+        return out
 
 
 TrainMany = Callable[[TaskBatch], list[TrainResult]]
 """Trains every job of a :class:`TaskBatch`; results carry the FLOPs they metered."""
 
 
+def job_context(job: ClientJob, seed: int) -> RoundContext:
+    """The :class:`RoundContext` of a job's hooks."""
+    return RoundContext(job.round, job.client, {k: len(v) for k, v in job.indices.items()}, seed)
+
+
 def run_tasks(
     jobs: Sequence[ClientJob], ctx: TrainingContext, train_many: TrainMany
 ) -> list[JobResult]:
-    """Run the algorithm's tasks, in order, for every job; ``train_many`` does the training.
+    """Run the round's tasks, in order, for every job; ``train_many`` does the training.
 
-    For each task, the jobs that run it are grouped by their effective
-    schedule (a job may override a task's step count) and trained group by group.
+    For each task, the jobs that run it are grouped by architecture and
+    effective schedule (a job may override a task's step count) and trained
+    group by group; inference tasks run here, the same for every executor.
     """
     algorithm = ctx.algorithm
     states = [dict(job.state) for job in jobs]
+    contexts = [job_context(job, ctx.seed) for job in jobs]
     results = [JobResult(job.client, state, None) for job, state in zip(jobs, states, strict=True)]
-    for task in algorithm.tasks:
+    task_lists = [
+        algorithm.server_tasks(job.round) if job.server else algorithm.round_tasks(job.round)
+        for job in jobs
+    ]
+    order = list(dict.fromkeys(t for tasks in task_lists for t in tasks))
+    for task in order:
         default = algorithm.schedule(task)
-        groups: dict[Schedule, list[int]] = {}
+        groups: dict[tuple[str, Schedule], list[int]] = {}
         for i, job in enumerate(jobs):
-            if job.runs(task):
+            if task in task_lists[i] and job.runs(task):
                 steps = job.steps.get(task.name)
                 schedule = default if steps is None else dataclasses.replace(default, steps=steps)
-                groups.setdefault(schedule, []).append(i)
-        for schedule, members in groups.items():
+                groups.setdefault((ctx.arch_name(job), schedule), []).append(i)
+        for (arch, schedule), members in groups.items():
             batch = TaskBatch(
                 task,
                 schedule,
+                arch,
                 [jobs[i] for i in members],
-                [algorithm.begin_task(task, states[i], jobs[i].payload) for i in members],
-                [algorithm.task_context(task, states[i], jobs[i].payload) for i in members],
+                [
+                    algorithm.begin_task(task, states[i], jobs[i].payload, contexts[i])
+                    for i in members
+                ],
+                [
+                    algorithm.task_constants(task, states[i], jobs[i].payload, contexts[i])
+                    for i in members
+                ],
                 ctx.seed,
-                ctx.x.device,
+                ctx.data,
             )
-            for i, start, outcome in zip(members, batch.starts, train_many(batch), strict=True):
-                algorithm.end_task(task, states[i], outcome.state)
+            outcomes = infer_many(ctx, batch) if task.mode == "infer" else train_many(batch)
+            for i, start, outcome in zip(members, batch.starts, outcomes, strict=True):
+                algorithm.end_task(task, states[i], outcome, contexts[i])
                 result = results[i]
                 result.task_flops[task.name] = outcome.flops + algorithm.extra_flops(
                     task, start, outcome.steps
                 )
                 result.task_steps[task.name] = outcome.steps
                 if task.uploads:
-                    result.upload = algorithm.upload(states[i])
+                    result.upload = algorithm.upload(states[i], contexts[i])
     return results
+
+
+def infer_many(ctx: TrainingContext, batch: TaskBatch) -> list[TrainResult]:
+    """Run an inference task: every job's model on its whole split, forward FLOPs only."""
+    function = ctx.functions[batch.arch]
+    results = []
+    for position, (job, start) in enumerate(zip(batch.jobs, batch.starts, strict=True)):
+        split = batch.splits(position)[batch.task.split]
+        outputs = infer(function, start, split.x[split.indices])
+        n = len(split.indices)
+        results.append(TrainResult(start, 0, n, n * ctx.per_sample_flops[batch.arch], outputs))
+    return results
+
+
+def metered_training_flops(ctx: TrainingContext, batch: TaskBatch, samples: int) -> int:
+    """FLOPs of training one job of ``batch`` on ``samples`` samples."""
+    return training_flops(samples, ctx.per_sample_flops[batch.arch])
 
 
 class Executor(Protocol):

@@ -2,7 +2,7 @@
 
 Jobs of one task that share an architecture and an effective batch size
 ``b = min(batch_size, n_i)`` are stacked: parameters, buffers (BatchNorm
-running statistics included), momentum and loss contexts gain a leading
+running statistics included), momentum and loss constants gain a leading
 client dimension, and every SGD step is one ``vmap(grad(loss))`` call over
 the group. Each client keeps its own seeded batch order (gathered from the
 on-device dataset tensors) and its own step count: a client that has done
@@ -18,19 +18,25 @@ from collections import defaultdict
 from collections.abc import Sequence
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 from torch.func import grad, vmap
 
-from mecsim.cost import training_flops
-from mecsim.executors.base import TaskBatch, TaskLoopExecutor, TrainingContext
+from mecsim.executors.base import (
+    TaskBatch,
+    TaskLoopExecutor,
+    TrainingContext,
+    metered_training_flops,
+)
 from mecsim.state import ModelState, TensorDict
 from mecsim.training import (
-    LossTerm,
+    Loss,
+    ModelFunction,
     Schedule,
+    SplitData,
     TrainResult,
-    batch_order,
-    classification_loss,
+    gather,
     sgd_update,
+    step_batches,
 )
 
 
@@ -48,61 +54,61 @@ def _select(mask: Tensor, new: TensorDict, old: TensorDict) -> TensorDict:
 
 
 def train_batched(
-    model: nn.Module,
+    function: ModelFunction,
     starts: Sequence[ModelState],
-    x: Tensor,
-    y: Tensor,
-    indices: Sequence[Tensor],
+    splits: Sequence[dict[str, SplitData]],
     schedule: Schedule,
-    generators: Sequence[torch.Generator],
-    term: LossTerm | None = None,
-    contexts: Sequence[TensorDict] | None = None,
+    loss: Loss,
+    consts: Sequence[TensorDict] | None = None,
 ) -> list[TrainResult]:
     """Train several clients of one architecture in lockstep; same results as ``train``.
 
-    All clients must have the same effective batch size ``min(batch_size, n_i)``.
+    All clients must have the same effective batch size per split.
     """
     k = len(starts)
-    orders = [batch_order(len(i), schedule, g) for i, g in zip(indices, generators, strict=True)]
-    sizes = {o.shape[1] for o in orders}
-    if len(sizes) != 1:
-        raise ValueError(f"train_batched needs one batch size per group, got {sorted(sizes)}")
-    steps = torch.tensor([len(o) for o in orders], device=x.device)
-    total = int(steps.max())
-    # [total, k, b] sample indices; a finished client repeats its last batch (masked out)
-    batches = torch.stack(
-        [
-            idx[torch.cat([o, o[-1:].expand(total - len(o), -1)])] if len(o) < total else idx[o]
-            for idx, o in zip(indices, orders, strict=True)
-        ],
-        dim=1,
-    )
+    primary = next(iter(splits[0]))
+    steps_each = [schedule.num_steps(len(s[primary].indices)) for s in splits]
+    orders = [step_batches(s, n) for s, n in zip(splits, steps_each, strict=True)]
+    for name in orders[0]:
+        sizes = {o[name].shape[1] for o in orders}
+        if len(sizes) != 1:
+            raise ValueError(f"train_batched needs one batch size per group, got {sorted(sizes)}")
+    total = max(steps_each)
+    steps = torch.tensor(steps_each, device=splits[0][primary].indices.device)
+    # per split: [total, k, b] sample indices; a finished client repeats its last batch (masked)
+    batches = {
+        name: torch.stack(
+            [
+                torch.cat([o[name], o[name][-1:].expand(total - len(o[name]), -1)])
+                if len(o[name]) < total
+                else o[name]
+                for o in orders
+            ],
+            dim=1,
+        )
+        for name in orders[0]
+    }
     trainable = schedule.trainable
     params = _stack([s.params for s in starts])
     names = [n for n in params if trainable is None or n in trainable]
     learn = {n: params[n] for n in names}
     frozen = {n: v for n, v in params.items() if n not in learn}
     buffers = _stack([s.buffers for s in starts])
-    context = _stack(list(contexts)) if contexts and contexts[0] else {}
+    constants = _stack(list(consts)) if consts and consts[0] else {}
+    template = splits[0]
 
-    def loss(
-        learn: TensorDict,
-        frozen: TensorDict,
-        buffers: TensorDict,
-        xb: Tensor,
-        yb: Tensor,
-        ctx: TensorDict,
-    ):
+    def step_loss(learn, frozen, buffers, batch, consts):
         buffers = {n: b.clone() for n, b in buffers.items()}  # BN updates these in place
-        value = classification_loss(model, {**frozen, **learn}, buffers, xb, yb, ctx, term)
+        current = {**frozen, **learn}
+        value = loss(function.bind(current, buffers), current, batch, consts)
         return value, buffers
 
-    step = vmap(grad(loss, has_aux=True))
+    step = vmap(grad(step_loss, has_aux=True))
     momentum: TensorDict = {}
-    model.train()
+    function.model.train()
     for t in range(total):
-        batch = batches[t]
-        grads, new_buffers = step(learn, frozen, buffers, x[batch], y[batch], context)
+        batch = gather(template, {name: b[t] for name, b in batches.items()})
+        grads, new_buffers = step(learn, frozen, buffers, batch, constants)
         new_learn, new_momentum = sgd_update(learn, grads, momentum, schedule)
         if t < int(steps.min()):
             learn, buffers, momentum = new_learn, new_buffers, new_momentum
@@ -111,7 +117,7 @@ def train_batched(
             learn = _select(active, new_learn, learn)
             buffers = _select(active, new_buffers, buffers)
             momentum = _select(active, new_momentum, momentum)
-    size = next(iter(sizes))
+    size = batches[primary].shape[2]
     return [
         TrainResult(
             ModelState(
@@ -128,33 +134,30 @@ def train_batched(
 def train_grouped(
     ctx: TrainingContext, batch: TaskBatch, max_clients: int | None = None
 ) -> list[TrainResult]:
-    """Group a task's jobs by effective batch size and train each group batched.
+    """Group a task's jobs by effective batch sizes and train each group batched.
 
     ``max_clients`` caps a group's size (larger groups are split) to bound memory.
     """
-    algorithm = ctx.algorithm
-    schedule = batch.schedule
-    by_size: dict[int, list[int]] = defaultdict(list)
-    for position, job in enumerate(batch.jobs):
-        by_size[min(schedule.batch_size, len(job.train_indices))].append(position)
+    splits = [batch.splits(i) for i in range(len(batch.jobs))]
+    by_size: dict[tuple[int, ...], list[int]] = defaultdict(list)
+    for position, job_splits in enumerate(splits):
+        key = tuple(min(s.batch_size, len(s.indices)) for s in job_splits.values())
+        by_size[key].append(position)
     cap = max_clients or len(batch.jobs)
     groups = [m[i : i + cap] for m in by_size.values() for i in range(0, len(m), cap)]
+    loss = ctx.algorithm.loss(batch.task)
     results: list[TrainResult | None] = [None] * len(batch.jobs)
     for members in groups:
         trained = train_batched(
-            ctx.model,
+            ctx.functions[batch.arch],
             [batch.starts[i] for i in members],
-            ctx.x,
-            ctx.y,
-            [batch.jobs[i].train_indices for i in members],
-            schedule,
-            [batch.generator(i) for i in members],
-            algorithm.loss_term(batch.task),
-            [batch.contexts[i] for i in members],
+            [splits[i] for i in members],
+            batch.schedule,
+            loss,
+            [batch.consts[i] for i in members],
         )
         for i, result in zip(members, trained, strict=True):
-            # the same count the serial executor's forward hook meters
-            result.flops = training_flops(result.samples, ctx.meter.per_sample)
+            result.flops = metered_training_flops(ctx, batch, result.samples)
             results[i] = result
     return results  # type: ignore[return-value]
 

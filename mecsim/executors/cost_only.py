@@ -3,14 +3,17 @@
 Used to study the network and the protocol alone with many clients. Model
 state lives on PyTorch's ``meta`` device (shapes and dtypes, no storage), so
 payload sizes are exact while 10,000 clients cost almost no memory. A task's
-FLOPs are what the serial executor would meter: steps x batch x per-sample
-forward FLOPs x 3, plus the algorithm's explicit extra FLOPs.
+FLOPs are what the serial executor would meter for the same steps.
 """
 
 from __future__ import annotations
 
-from mecsim.cost import training_flops
-from mecsim.executors.base import TaskBatch, TaskLoopExecutor, TrainingContext
+from mecsim.executors.base import (
+    TaskBatch,
+    TaskLoopExecutor,
+    TrainingContext,
+    metered_training_flops,
+)
 from mecsim.training import TrainResult
 
 
@@ -19,10 +22,10 @@ def skip_training(ctx: TrainingContext, batch: TaskBatch) -> list[TrainResult]:
     schedule = batch.schedule
     results = []
     for job, start in zip(batch.jobs, batch.starts, strict=True):
-        n = len(job.train_indices)
+        n = len(job.indices[batch.task.split])
         steps = schedule.num_steps(n)
         samples = steps * min(schedule.batch_size, n)
-        flops = training_flops(samples, ctx.meter.per_sample)
+        flops = metered_training_flops(ctx, batch, samples)
         results.append(TrainResult(start, steps, samples, flops))
     return results
 

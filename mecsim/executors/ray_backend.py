@@ -44,6 +44,13 @@ def to_device(obj: Any, device: torch.device | str) -> Any:
     return obj
 
 
+def context_on(ctx: TrainingContext, device: torch.device | str) -> TrainingContext:
+    """``ctx`` with its data tensors and architecture templates on ``device``."""
+    for function in ctx.functions.values():
+        function.model.to(device)
+    return dataclasses.replace(ctx, data=to_device(ctx.data, device))
+
+
 class _Worker:
     """A Ray actor holding the training context on its device."""
 
@@ -51,10 +58,8 @@ class _Worker:
         from mecsim.executors import make_executor
 
         self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-        ctx.model.to(self.device)
-        ctx = dataclasses.replace(ctx, x=ctx.x.to(self.device), y=ctx.y.to(self.device))
         options = {"max_clients": max_clients} if inner == "batched" else {}
-        self.executor = make_executor(inner, ctx, **options)
+        self.executor = make_executor(inner, context_on(ctx, self.device), **options)
 
     def run(self, jobs: list[ClientJob]) -> list[JobResult]:
         results = self.executor.run(to_device(jobs, self.device))
@@ -91,12 +96,11 @@ class RayExecutor:
                 configure_logging=False,
             )
         count = tasks or max(1, int(ray.available_resources().get("CPU", 1)))
-        self.device = ctx.x.device
-        cpu_ctx = dataclasses.replace(ctx, x=ctx.x.cpu(), y=ctx.y.cpu())
-        cpu_ctx.model.to("cpu")
+        self.device = ctx.device
+        cpu_ctx = context_on(ctx, "cpu")
         actor = ray.remote(num_cpus=1, num_gpus=gpus_per_task)(_Worker)
         self.workers = [actor.remote(cpu_ctx, inner, max_clients) for _ in range(count)]
-        ctx.model.to(self.device)
+        context_on(ctx, self.device)
 
     def run(self, jobs: Sequence[ClientJob]) -> list[JobResult]:
         if not jobs:

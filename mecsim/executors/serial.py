@@ -1,33 +1,24 @@
-"""The serial executor: one client after another, FLOPs metered by forward hooks."""
+"""The serial executor: one client after another with the shared trainer (the reference)."""
 
 from __future__ import annotations
 
-from mecsim.executors.base import TaskBatch, TaskLoopExecutor, TrainingContext
+from mecsim.executors.base import (
+    TaskBatch,
+    TaskLoopExecutor,
+    TrainingContext,
+    metered_training_flops,
+)
 from mecsim.training import TrainResult, train
 
 
 def train_serially(ctx: TrainingContext, batch: TaskBatch) -> list[TrainResult]:
     """Train each job of ``batch`` in turn with the shared trainer."""
-    algorithm = ctx.algorithm
-    schedule = batch.schedule
-    term = algorithm.loss_term(batch.task)
+    function = ctx.functions[batch.arch]
+    loss = ctx.algorithm.loss(batch.task)
     results = []
-    for job, start, context, generator in zip(
-        batch.jobs, batch.starts, batch.contexts, batch.generators, strict=True
-    ):
-        with ctx.meter.measure() as meter:
-            result = train(
-                ctx.model,
-                start,
-                ctx.x,
-                ctx.y,
-                job.train_indices,
-                schedule,
-                generator,
-                term,
-                context,
-            )
-        result.flops = meter.flops
+    for position, (start, consts) in enumerate(zip(batch.starts, batch.consts, strict=True)):
+        result = train(function, start, batch.splits(position), batch.schedule, loss, consts)
+        result.flops = metered_training_flops(ctx, batch, result.samples)
         results.append(result)
     return results
 

@@ -24,17 +24,46 @@ the PFL+ algorithms).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import simpy
+from pydantic import Field
 
-from mecsim.algorithms.base import Upload
-from mecsim.protocols.registry import PROTOCOLS, uploading_task_index
-from mecsim.recorder import SERVER
-from mecsim.scenario import ProtocolConfig
+from mecsim.algorithms.base import SERVER, Upload
+from mecsim.protocols.registry import register_protocol, uploading_task_index
+from mecsim.protocols.settings import ProtocolSettings
 from mecsim.simulation import Process, Simulation
 
 
-def staleness_weight(staleness: int, protocol: ProtocolConfig) -> float:
+class AsyncSettings(ProtocolSettings):
+    """Keys every asynchronous protocol shares."""
+
+    concurrency: int | None = Field(
+        default=None, ge=1, description="clients training at once (default: clients per round)"
+    )
+
+
+class FedAsyncSettings(AsyncSettings):
+    """fedasync: mixing weight and staleness function (Xie et al. 2019)."""
+
+    kind: Literal["fedasync"] = "fedasync"
+    mixing: float = Field(default=0.6, gt=0, le=1, description="base mixing weight alpha")
+    staleness: Literal["constant", "polynomial", "hinge"] = Field(
+        default="polynomial", description="staleness function S(s)"
+    )
+    staleness_a: float = Field(default=0.5, ge=0, description="polynomial exponent / hinge slope")
+    staleness_b: float = Field(default=4.0, ge=0, description="hinge: staleness at full weight")
+
+
+class FedBuffSettings(AsyncSettings):
+    """fedbuff: buffer size K and server learning rate (Nguyen et al. 2022)."""
+
+    kind: Literal["fedbuff"] = "fedbuff"
+    buffer_size: int = Field(default=10, ge=1, description="arrivals per aggregation (K)")
+    server_lr: float = Field(default=1.0, gt=0, description="server learning rate")
+
+
+def staleness_weight(staleness: int, protocol: FedAsyncSettings) -> float:
     """S(s): FedAsync's staleness function (constant, polynomial or hinge)."""
     a, b = protocol.staleness_a, protocol.staleness_b
     if protocol.staleness == "constant":
@@ -76,11 +105,11 @@ class _AsyncServer:
     def _client(self, client: int, job: int) -> Process:
         sim = self.sim
         version = self.version
-        payload = sim.algorithm.downlink(sim.server_state, client)
+        payload = sim.algorithm.downlink(sim.server_state, sim.context(job, client))
         transfer = sim.downlink_transfers(job, {client: payload})[client]
         result = sim.execute(job, {client: payload})[client]
         yield from sim.download(job, transfer)
-        yield from sim.compute_tasks(job, result, sim.algorithm.tasks)
+        yield from sim.compute_tasks(job, result, sim.tasks(job))
         sim.client_states[client] = result.state
         if result.upload is not None:
             yield from sim.upload(job, client, result.upload)
@@ -90,14 +119,8 @@ class _AsyncServer:
         self.start_next()
 
     def mix(self, update: int, upload: Upload, weight: float) -> Process:
-        """``w <- (1 - weight) w + weight * upload`` through the algorithm's aggregate."""
-        sim = self.sim
-        current = sim.algorithm.downlink(sim.server_state, None)
-        uploads = [
-            Upload(SERVER, current, 0, weight=1.0 - weight),
-            Upload(upload.client, upload.payload, upload.num_samples, weight=weight),
-        ]
-        yield from sim.aggregate(update, uploads)
+        """``w <- (1 - weight) w + weight * upload`` through the algorithm's ``mix`` hook."""
+        yield from self.sim.mix(update, upload, weight)
 
 
 def _run(sim: Simulation, buffered: bool) -> Process:
@@ -117,8 +140,9 @@ def _run(sim: Simulation, buffered: bool) -> Process:
             if len(buffer) < p.buffer_size:
                 continue
             uploads = sorted((a.upload for a in buffer), key=lambda u: u.client)
-            average = sim.algorithm.aggregate(sim.server_state, uploads)
-            pseudo = Upload(SERVER, sim.algorithm.downlink(average, None), 0)
+            ctx = sim.context(update, SERVER)
+            average = sim.algorithm.aggregate(sim.server_state, uploads, ctx)
+            pseudo = Upload(SERVER, sim.algorithm.downlink(average, sim.context(update, None)), 0)
             yield from server.mix(update, pseudo, p.server_lr)
             extra = {
                 "buffered": len(buffer),
@@ -144,13 +168,17 @@ def _run(sim: Simulation, buffered: bool) -> Process:
         start = sim.env.now
 
 
-@PROTOCOLS.register("fedasync", "asynchronous: mix each arrival with staleness weight (FedAsync)")
+@register_protocol(
+    "fedasync",
+    FedAsyncSettings,
+    "asynchronous: mix each arrival with staleness weight (FedAsync)",
+)
 def fedasync(sim: Simulation) -> Process:
     """Server process of FedAsync."""
     yield from _run(sim, buffered=False)
 
 
-@PROTOCOLS.register("fedbuff", "asynchronous: aggregate every K arrivals (FedBuff)")
+@register_protocol("fedbuff", FedBuffSettings, "asynchronous: aggregate every K arrivals (FedBuff)")
 def fedbuff(sim: Simulation) -> Process:
     """Server process of FedBuff."""
     yield from _run(sim, buffered=True)

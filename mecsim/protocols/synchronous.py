@@ -25,14 +25,56 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 import simpy
+from pydantic import Field, model_validator
 
 from mecsim.algorithms.base import Task, Upload
 from mecsim.executors import JobResult
 from mecsim.network import Transfer
-from mecsim.protocols.registry import PROTOCOLS, uploading_task_index
+from mecsim.protocols.registry import register_protocol, uploading_task_index
+from mecsim.protocols.settings import ProtocolSettings
 from mecsim.simulation import Process, Simulation
+
+
+class ComputeAndWaitSettings(ProtocolSettings):
+    """compute_and_wait: only the shared keys."""
+
+    kind: Literal["compute_and_wait"] = "compute_and_wait"
+
+
+class WaitFreeSettings(ProtocolSettings):
+    """wait_free: how long the personalized work of the communication window runs."""
+
+    kind: Literal["wait_free"] = "wait_free"
+    personal_budget: Literal["epochs", "window"] = Field(
+        default="epochs",
+        description="a fixed E_p ('epochs') or train until the next model arrives ('window')",
+    )
+    max_personal_steps: int | None = Field(
+        default=None, ge=1, description="cap on personalized steps in one window"
+    )
+    broadcast_unselected: bool = Field(
+        default=False,
+        description="partial participation: send every new global model to all clients",
+    )
+
+
+class DeadlineSettings(ProtocolSettings):
+    """deadline: semi-synchronous rounds of fixed length."""
+
+    kind: Literal["deadline"] = "deadline"
+    deadline_s: float | None = Field(default=None, gt=0, description="round deadline, s")
+    late: Literal["drop", "carry"] = Field(
+        default="drop", description="late uploads are dropped or carried into the next round"
+    )
+
+    @model_validator(mode="after")
+    def _deadline(self) -> DeadlineSettings:
+        if self.deadline_s is None:
+            raise ValueError("protocol.kind = 'deadline' needs deadline_s (seconds)")
+        return self
 
 
 def _upload(sim: Simulation, round_: int, result: JobResult, arrived: list[Upload]) -> Process:
@@ -42,7 +84,7 @@ def _upload(sim: Simulation, round_: int, result: JobResult, arrived: list[Uploa
 
 
 def _start_round(sim: Simulation, round_: int, selected: Sequence[int]):
-    payloads = sim.payloads(selected)
+    payloads = sim.payloads(selected, round_)
     return payloads, sim.downlink_transfers(round_, payloads)
 
 
@@ -51,7 +93,7 @@ def _caw_client(
 ) -> Process:
     """Download, every task in order, then upload."""
     yield from sim.download(round_, transfer)
-    yield from sim.compute_tasks(round_, result, sim.algorithm.tasks)
+    yield from sim.compute_tasks(round_, result, sim.tasks(round_))
     yield from _upload(sim, round_, result, arrived)
     sim.client_states[result.client] = result.state
 
@@ -62,8 +104,10 @@ def _aggregate(sim: Simulation, round_: int, arrived: list[Upload]) -> Process:
         yield from sim.aggregate(round_, arrived)
 
 
-@PROTOCOLS.register(
-    "compute_and_wait", "synchronous rounds: download, compute all tasks, upload, wait"
+@register_protocol(
+    "compute_and_wait",
+    ComputeAndWaitSettings,
+    "synchronous rounds: download, compute all tasks, upload, wait",
 )
 def compute_and_wait(sim: Simulation) -> Process:
     """Server process of synchronous compute-and-wait rounds."""
@@ -91,22 +135,22 @@ class _Windows:
     open: dict[int, tuple[int, float]] = field(default_factory=dict)
 
 
-def _split_tasks(sim: Simulation) -> tuple[tuple[Task, ...], tuple[Task, ...]]:
-    """(tasks up to and including the upload, tasks after it)."""
-    cut = uploading_task_index(sim) + 1
-    return sim.algorithm.tasks[:cut], sim.algorithm.tasks[cut:]
+def _split_tasks(sim: Simulation, round_: int) -> tuple[tuple[Task, ...], tuple[Task, ...]]:
+    """(the round's tasks up to and including the upload, tasks after it)."""
+    cut = uploading_task_index(sim, round_) + 1
+    tasks = sim.tasks(round_)
+    return tasks[:cut], tasks[cut:]
 
 
-def _close_windows(
-    sim: Simulation, windows: _Windows, closes: dict[int, float], late: tuple[Task, ...]
-) -> None:
+def _close_windows(sim: Simulation, windows: _Windows, closes: dict[int, float]) -> None:
     """Run the personalized work of windows that close at the given times (budget ``window``)."""
     cap = sim.protocol.max_personal_steps
     steps: dict[int, dict[str, int]] = {}
     for client, end in closes.items():
         if client not in windows.open:
             continue
-        _, start = windows.open[client]
+        opened, start = windows.open[client]
+        late = _split_tasks(sim, opened)[1]
         per_task: dict[str, int] = {}
         remaining = end - start
         for task in late:
@@ -125,7 +169,7 @@ def _close_windows(
         results = sim.execute(round_, dict.fromkeys(clients), tasks=names, steps=steps)
         for client, result in results.items():
             start = windows.open[client][1]
-            for task in late:
+            for task in _split_tasks(sim, round_)[1]:
                 if task.name in result.task_flops:
                     start = sim.record_compute(
                         round_, client, task, result.task_flops[task.name], start
@@ -158,25 +202,27 @@ def _wf_client(
     yield from _upload(sim, round_, result, arrived)
 
 
-@PROTOCOLS.register(
-    "wait_free", "upload after the generic task; personalized training in the window"
+@register_protocol(
+    "wait_free",
+    WaitFreeSettings,
+    "upload after the generic task; personalized training in the window",
 )
 def wait_free(sim: Simulation) -> Process:
     """Server process of wait-free rounds (see the module docstring)."""
     env, p = sim.env, sim.protocol
-    early, late = _split_tasks(sim)
     windows = _Windows() if p.personal_budget == "window" else None
-    early_names = tuple(t.name for t in early) if windows is not None else None
     personal: list[simpy.Process] = []
     everyone = range(len(sim.clients))
     for round_ in range(p.rounds):
         round_start = env.now
+        early, late = _split_tasks(sim, round_)
+        early_names = tuple(t.name for t in early) if windows is not None else None
         selected = sim.select(round_)
         receivers = list(everyone) if p.broadcast_unselected else selected
         payloads, transfers = _start_round(sim, round_, receivers)
         if windows is not None:  # a window closes when the client's next model has arrived
             _close_windows(
-                sim, windows, {c: round_start + transfers[c].duration_s for c in receivers}, late
+                sim, windows, {c: round_start + transfers[c].duration_s for c in receivers}
             )
         results = sim.execute(round_, {c: payloads[c] for c in selected}, tasks=early_names)
         arrived: list[Upload] = []
@@ -194,7 +240,7 @@ def wait_free(sim: Simulation) -> Process:
         yield from _aggregate(sim, round_, arrived)
         if round_ == p.rounds - 1:
             if windows is not None:  # the last windows close when the run ends
-                _close_windows(sim, windows, dict.fromkeys(list(windows.open), env.now), late)
+                _close_windows(sim, windows, dict.fromkeys(list(windows.open), env.now))
             else:
                 yield env.all_of(personal)  # let the last personalized tasks finish
         sim.end_round(round_, round_start, selected, t_round_end=env.now)
@@ -206,12 +252,16 @@ def _receive(
     """An unselected client receives the broadcast and (window budget) opens a new window."""
     yield from sim.download(round_, transfer)
     if payload is not None:
-        sim.algorithm.receive(sim.client_states[transfer.client], payload)
+        sim.algorithm.receive(
+            sim.client_states[transfer.client], payload, sim.context(round_, transfer.client)
+        )
         if windows is not None:
             windows.open[transfer.client] = (round_, sim.env.now)
 
 
-@PROTOCOLS.register("deadline", "semi-synchronous: aggregate what arrived by the round deadline")
+@register_protocol(
+    "deadline", DeadlineSettings, "semi-synchronous: aggregate what arrived by the round deadline"
+)
 def deadline(sim: Simulation) -> Process:
     """Server process of deadline rounds (see the module docstring)."""
     env, p = sim.env, sim.protocol

@@ -1,0 +1,67 @@
+"""Loss helpers algorithms compose: cross-entropy, proximal terms, distillation.
+
+Every helper is a pure tensor function, so losses built from them run
+unchanged one client at a time or vmapped over many (see :mod:`mecsim.training`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from mecsim.state import TensorDict
+from mecsim.training import Batch, Forward, Loss
+
+
+def cross_entropy(logits: Tensor, labels: Tensor) -> Tensor:
+    """Mean cross-entropy of ``logits`` against integer ``labels``."""
+    return F.cross_entropy(logits, labels)
+
+
+def cross_entropy_loss(split: str = "train") -> Loss:
+    """The plain supervised loss: cross-entropy of the trained model on ``batch[split]``."""
+
+    def loss(forward: Forward, params: TensorDict, batch: Batch, consts: TensorDict) -> Tensor:
+        data = batch[split]
+        return cross_entropy(forward(data["x"])["logits"], data["y"])
+
+    return loss
+
+
+def proximal(
+    params: TensorDict, reference: TensorDict, keys: Iterable[str] | None = None
+) -> Tensor:
+    """sum over ``keys`` (default: the reference's) of ||params[k] - reference[k]||^2."""
+    names = reference if keys is None else keys
+    return sum(((params[k] - reference[k]) ** 2).sum() for k in names)  # type: ignore[return-value]
+
+
+def inner_product(params: TensorDict, direction: TensorDict) -> Tensor:
+    """sum over the direction's keys of <params[k], direction[k]> (linear correction terms)."""
+    return sum((params[k] * direction[k]).sum() for k in direction)  # type: ignore[return-value]
+
+
+def distillation_kl(student_logits: Tensor, teacher_logits: Tensor, temperature: float) -> Tensor:
+    """T^2 KL(softmax(teacher / T) || softmax(student / T)), averaged over the batch.
+
+    The T^2 factor keeps gradient magnitudes comparable across temperatures
+    (Hinton et al. 2015).
+    """
+    log_student = F.log_softmax(student_logits / temperature, dim=-1)
+    log_teacher = F.log_softmax(teacher_logits / temperature, dim=-1)
+    kl = (log_teacher.exp() * (log_teacher - log_student)).sum(dim=-1).mean()
+    return temperature**2 * kl
+
+
+def cosine_similarity(a: Tensor, b: Tensor, eps: float = 1e-8) -> Tensor:
+    """Row-wise cosine similarity of two [batch, features] tensors (features flattened)."""
+    a, b = a.flatten(1), b.flatten(1)
+    return (a * b).sum(-1) / (a.norm(dim=-1) * b.norm(dim=-1)).clamp_min(eps)
+
+
+def detached(outputs: dict[str, Tensor]) -> dict[str, Tensor]:
+    """Outputs of a reference model with gradients cut."""
+    return {k: torch.Tensor.detach(v) for k, v in outputs.items()}

@@ -1,0 +1,12 @@
+"""The algorithm registry (``algorithm.name``); each algorithm registers in its own module."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from mecsim.registry import Registry
+
+if TYPE_CHECKING:
+    from mecsim.algorithms.base import Algorithm
+
+ALGORITHMS: Registry[type[Algorithm]] = Registry("algorithm", "algorithm.name")

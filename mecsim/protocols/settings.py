@@ -1,0 +1,30 @@
+"""Settings every protocol shares; each protocol subclasses them with its own keys.
+
+A key of another protocol is an error that names the protocol it belongs to
+(see :func:`mecsim.scenario.validate_scenario`).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from mecsim.config import Section
+
+
+class ProtocolSettings(Section):
+    """Rounds, participation, selection and evaluation cadence (every protocol)."""
+
+    kind: str = "compute_and_wait"
+    rounds: int = Field(default=20, ge=1, description="rounds (async: server updates)")
+    participation: float = Field(
+        default=1.0, gt=0, le=1, description="fraction of clients selected per round, in (0, 1]"
+    )
+    clients_per_round: int | None = Field(
+        default=None, ge=1, description="a count; overrides participation"
+    )
+    selection: Literal["uniform", "data_size"] = Field(
+        default="uniform", description="how clients are sampled: uniformly or by data size"
+    )
+    eval_every: int = Field(default=1, ge=1, description="evaluate every this many rounds")
