@@ -1,69 +1,85 @@
 """Cost model: metered FLOPs, compute time and energy, transmit time and energy.
 
-FLOPs are metered, not declared. A model's forward FLOPs per sample are
-counted once per architecture (``torch.utils.flop_counter``, see
-:func:`mecsim.models.forward_flops_per_sample`); a forward hook then adds
-``batch x FLOPs`` on every forward pass, times 3 when gradients are on
-(forward + backward ~ 3x forward). Work a hook cannot see (a proximal term,
-an FFT of the weights, k-means on the server) is added explicitly with
-:meth:`FlopMeter.add`.
+FLOPs are metered, not declared. A training step's FLOPs are what PyTorch
+dispatches for it: :class:`StepMeter` runs one step of the task's real loss
+(forward of every model the loss calls, then ``autograd.grad`` with respect
+to the trainable parameters) under ``torch.utils.flop_counter`` on a
+zero batch of the step's shape, and caches the count per (architecture,
+task, trainable set, batch sizes). So backward is charged only for what
+autograd runs: weight gradients of trainable layers and input gradients
+down to the lowest trainable layer; a head-only task costs forward + head
+backward. The count depends only on shapes, so serial, batched and
+cost-only runs (on the meta device) record the same FLOPs. Matrix products
+and convolutions are counted; elementwise work a loss adds (a proximal
+term, an FFT of the weights) is added by the algorithm's ``extra_flops``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Hashable, Mapping
 
 import torch
-from torch import nn
+from torch.utils.flop_counter import FlopCounterMode
 
 from mecsim.devices import DeviceProfile
-from mecsim.models import forward_flops_per_sample
-
-BACKWARD_FACTOR = 3
-"""FLOPs of a training step relative to a forward pass (forward + 2x backward)."""
+from mecsim.state import ModelState, TensorDict
+from mecsim.training import Loss, ModelFunction
 
 
-def training_flops(samples: int, per_sample: int) -> int:
-    """FLOPs of training on ``samples`` samples: forward + backward, what the hook meters."""
-    return samples * per_sample * BACKWARD_FACTOR
+class StepMeter:
+    """FLOPs of one training step of a loss, counted once per shape and cached."""
+
+    def __init__(self) -> None:
+        self._cache: dict[Hashable, int] = {}
+
+    def step_flops(
+        self,
+        key: Hashable,
+        function: ModelFunction,
+        loss: Loss,
+        start: ModelState,
+        consts: TensorDict,
+        shapes: Mapping[str, tuple[int, ...]],
+        trainable: frozenset[str] | None,
+    ) -> int:
+        """FLOPs of one step of ``loss`` on zero batches of ``shapes`` (split -> [b, ...]).
+
+        ``key`` identifies everything the count depends on besides the shapes
+        (architecture, task, trainable set).
+        """
+        full = (key, tuple(sorted(shapes.items())), trainable)
+        if full not in self._cache:
+            self._cache[full] = _count_step(function, loss, start, consts, shapes, trainable)
+        return self._cache[full]
 
 
-class FlopMeter:
-    """Counts FLOPs of every forward pass of ``model`` through a forward hook.
-
-    Args:
-        model: the architecture template the trainer calls (functional calls included).
-        input_shape: one sample's shape, used to count per-sample forward FLOPs once.
-    """
-
-    def __init__(self, model: nn.Module, input_shape: tuple[int, ...]) -> None:
-        self.per_sample = forward_flops_per_sample(model, input_shape)
-        self.flops = 0
-        self._active = False
-        model.register_forward_hook(self._hook)
-
-    def _hook(self, module: nn.Module, args: tuple, output: object) -> None:
-        if self._active:
-            batch = args[0].shape[0]
-            if torch.is_grad_enabled():
-                self.flops += training_flops(batch, self.per_sample)
-            else:
-                self.flops += batch * self.per_sample
-
-    def add(self, flops: int) -> None:
-        """Add FLOPs a forward hook cannot see."""
-        if self._active:
-            self.flops += int(flops)
-
-    @contextmanager
-    def measure(self) -> Iterator[FlopMeter]:
-        """Count the FLOPs of the enclosed work only (``self.flops`` restarts at 0)."""
-        self.flops, self._active = 0, True
-        try:
-            yield self
-        finally:
-            self._active = False
+def _count_step(
+    function: ModelFunction,
+    loss: Loss,
+    start: ModelState,
+    consts: TensorDict,
+    shapes: Mapping[str, tuple[int, ...]],
+    trainable: frozenset[str] | None,
+) -> int:
+    reference = next(iter(start.params.values()))
+    device = reference.device
+    batch = {
+        name: {
+            "x": torch.zeros(shape, device=device, dtype=reference.dtype),
+            "y": torch.zeros(shape[0], dtype=torch.long, device=device),
+        }
+        for name, shape in shapes.items()
+    }
+    names = [k for k in start.params if trainable is None or k in trainable]
+    leaves = {k: start.params[k].detach().requires_grad_(True) for k in names}
+    params = {**{k: v.detach() for k, v in start.params.items()}, **leaves}
+    buffers = {k: v.clone() for k, v in start.buffers.items()}
+    function.model.train()
+    with FlopCounterMode(display=False) as counter:
+        value = loss(function.bind(params, buffers), params, batch, consts)
+        if names:
+            torch.autograd.grad(value, [leaves[k] for k in names], allow_unused=True)
+    return int(counter.get_total_flops())
 
 
 def compute_cost(flops: float, device: DeviceProfile) -> tuple[float, float]:

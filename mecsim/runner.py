@@ -346,6 +346,7 @@ def run(
         protocol=sc.protocol,
         seed=sc.seed,
         per_sample_flops=per_sample,
+        training=ctx,
         public_nbytes=payload_nbytes({"x": public[0]} | ({"y": public[1]} if labeled else {}))
         if uses_public
         else 0,

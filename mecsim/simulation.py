@@ -20,10 +20,11 @@ import numpy as np
 import simpy
 
 from mecsim.algorithms.base import SERVER, Algorithm, RoundContext, Task, Upload
-from mecsim.cost import compute_cost, training_flops, transmit_cost
+from mecsim.cost import compute_cost, transmit_cost
 from mecsim.devices import DeviceProfile
 from mecsim.evaluation import Evaluation, Evaluator
-from mecsim.executors import ClientJob, Executor, JobResult
+from mecsim.executors import ClientJob, Executor, JobResult, TrainingContext
+from mecsim.executors.base import job_context, step_flops
 from mecsim.network import ClientProfile, Network, Transfer
 from mecsim.recorder import Recorder
 from mecsim.rng import numpy_rng
@@ -60,6 +61,7 @@ class Simulation:
         seed: int,
         per_sample_flops: dict[str, int] | None = None,
         public_nbytes: int = 0,
+        training: TrainingContext | None = None,
         on_round: Callable[[dict[str, Any]], None] | None = None,
     ) -> None:
         self.env = simpy.Environment()
@@ -75,6 +77,8 @@ class Simulation:
         self.seed = seed
         self.per_sample_flops = per_sample_flops or {}
         self.public_nbytes = public_nbytes
+        self.training = training
+        """The executors' shared context (architectures, data, FLOP meter), if any."""
         self.on_round = on_round
         self.recorder = Recorder()
         self.server_state = algorithm.init_server_state()
@@ -420,16 +424,23 @@ class Simulation:
         )
         return end
 
-    def step_seconds(self, client: int, task: Task) -> float:
-        """Simulated seconds of one SGD step of ``task`` on ``client``'s device."""
-        schedule = self.algorithm.schedule(task)
-        arch = self.algorithm.arch(client)
-        batch = min(schedule.batch_size, len(self.indices[client][task.split]))
-        extra = self.algorithm.extra_flops(task, arch.initial, 2) - self.algorithm.extra_flops(
-            task, arch.initial, 1
-        )
-        flops = training_flops(batch, self.per_sample_flops[arch.name]) + extra
-        return flops / self.clients[client].device.flops_per_s
+    def step_seconds(self, client: int, round_: int, task: Task, payload: Payload | None) -> float:
+        """Simulated seconds of one SGD step of ``task`` on ``client``'s device.
+
+        The step is metered like any other (see :class:`~mecsim.cost.StepMeter`),
+        from the state and payload the task would start from.
+        """
+        assert self.training is not None, "step_seconds needs the run's TrainingContext"
+        algorithm = self.algorithm
+        state = self.client_states[client]
+        job = ClientJob(client, round_, state, payload, self.indices[client])
+        ctx = job_context(job, self.seed)
+        start = algorithm.begin_task(task, state, payload, ctx)
+        consts = algorithm.task_constants(task, state, payload, ctx)
+        schedule = algorithm.schedule(task)
+        flops = step_flops(self.training, client, task, schedule, start, consts, job.indices)
+        extra = algorithm.extra_flops(task, start, 2) - algorithm.extra_flops(task, start, 1)
+        return (flops + extra) / self.clients[client].device.flops_per_s
 
     def _run(self, protocol_process: Callable[[Simulation], Process]) -> Process:
         yield from self.public_download()

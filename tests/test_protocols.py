@@ -3,6 +3,7 @@
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 
 import mecsim
 
@@ -226,3 +227,24 @@ def test_a_key_of_another_protocol_names_the_protocol_it_belongs_to(tiny):
 
     with pytest.raises(ScenarioError, match="buffer_size: is a setting of protocol 'fedbuff'"):
         mecsim.load_scenario(tiny, ["protocol.kind=fedasync", "protocol.buffer_size=3"])
+
+
+@pytest.mark.parametrize(
+    "protocol",
+    [
+        ["protocol.kind=compute_and_wait"],
+        ["protocol.kind=wait_free", "protocol.personal_budget=epochs"],
+        ["protocol.kind=wait_free", "protocol.personal_budget=window"],
+    ],
+)
+def test_dittos_lambda_shapes_the_personal_model_under_every_budget(tiny, protocol):
+    """A deferred (window) task sees the payload of its round, so lambda is never lost."""
+
+    def personal(lam):
+        result = mecsim.run(
+            tiny, PFL + ["algorithm.name=ditto", f"algorithm.lam={lam}"] + protocol, write=False
+        )
+        return result.client_states[0]["personal"].params
+
+    free, pulled = personal(0.0), personal(50.0)
+    assert any(not torch.equal(free[k], pulled[k]) for k in free)

@@ -67,15 +67,28 @@ def test_compute_duration_is_metered_flops_over_device_rate(tiny_run):
     )
 
 
-def test_compute_flops_are_three_forward_passes_per_training_sample(tiny_run):
-    from mecsim.models import forward_flops_per_sample
+# cnn-small on 1x8x8 digits, forward FLOPs per sample and layer, by hand (2 x MACs):
+CONV1 = 2 * (8 * 8 * 16) * (1 * 3 * 3)  # 18,432
+CONV2 = 2 * (4 * 4 * 32) * (16 * 3 * 3)  # 147,456
+FC1 = 2 * (32 * 2 * 2) * 64  # 16,384
+HEAD = 2 * 64 * 10  # 1,280
+FORWARD = CONV1 + CONV2 + FC1 + HEAD
 
-    model = build_model("cnn-small", input_shape=(1, 8, 8), num_classes=10, seed=0)
-    per_sample = forward_flops_per_sample(model, (1, 8, 8))
+
+def test_compute_flops_are_forward_plus_the_backward_autograd_runs(tiny_run):
     compute = tiny_run.events[tiny_run.events["phase"] == "compute:local"]
 
-    # 3 steps of batch 16 (every tiny client has >= 16 samples)
-    assert (compute["flops"] == 3 * 16 * 3 * per_sample).all()
+    # forward, weight gradients of every layer, input gradients of all but the first
+    per_sample = FORWARD + FORWARD + (FORWARD - CONV1)
+    assert (compute["flops"] == 3 * 16 * per_sample).all()  # 3 steps of batch 16
+
+
+def test_a_head_only_task_costs_forward_plus_head_backward(tiny):
+    result = mecsim.run(tiny, ["algorithm.name=fedrod", "algorithm.personal_steps=2"], write=False)
+    personal = result.events[result.events["phase"] == "compute:personal"]
+
+    assert len(personal) > 0
+    assert (personal["flops"] == 2 * 16 * (FORWARD + HEAD)).all()
 
 
 def test_payload_bytes_are_tensor_nbytes(tiny_run):

@@ -20,7 +20,7 @@ import torch
 from torch import Tensor
 
 from mecsim.algorithms.base import Algorithm, ClientState, RoundContext, Task
-from mecsim.cost import training_flops
+from mecsim.cost import StepMeter
 from mecsim.models.catalog import ModelCatalog
 from mecsim.rng import torch_generator
 from mecsim.state import ModelState, Payload, TensorDict
@@ -78,6 +78,7 @@ class TrainingContext:
     per_sample_flops: dict[str, int]
     data: dict[str, tuple[Tensor, Tensor | None]]
     seed: int
+    meter: StepMeter = field(default_factory=StepMeter)
 
     @property
     def device(self) -> torch.device:
@@ -189,7 +190,7 @@ def infer_many(ctx: TrainingContext, batch: TaskBatch) -> list[TrainResult]:
     """Run an inference task: every job's model on its whole split, forward FLOPs only."""
     function = ctx.functions[batch.arch]
     results = []
-    for position, (job, start) in enumerate(zip(batch.jobs, batch.starts, strict=True)):
+    for position, start in enumerate(batch.starts):
         split = batch.splits(position)[batch.task.split]
         outputs = infer(function, start, split.x[split.indices])
         n = len(split.indices)
@@ -197,9 +198,42 @@ def infer_many(ctx: TrainingContext, batch: TaskBatch) -> list[TrainResult]:
     return results
 
 
-def metered_training_flops(ctx: TrainingContext, batch: TaskBatch, samples: int) -> int:
-    """FLOPs of training one job of ``batch`` on ``samples`` samples."""
-    return training_flops(samples, ctx.per_sample_flops[batch.arch])
+def step_flops(
+    ctx: TrainingContext,
+    client: int,
+    task: Task,
+    schedule: Schedule,
+    start: ModelState,
+    consts: TensorDict,
+    indices: dict[str, Tensor],
+) -> int:
+    """FLOPs of one training step of ``task`` for ``client`` (see :class:`StepMeter`)."""
+    arch = ctx.models.of(client).name
+    sizes = {task.split: schedule.batch_size, **dict(task.also)}
+    shapes = {}
+    for name, size in sizes.items():
+        x = ctx.data["train" if name == "val" else name][0]
+        shapes[name] = (min(size, len(indices[name])), *x.shape[1:])
+    return ctx.meter.step_flops(
+        (arch, task),
+        ctx.functions[arch],
+        ctx.algorithm.loss(task),
+        start,
+        consts,
+        shapes,
+        schedule.trainable,
+    )
+
+
+def metered_training_flops(
+    ctx: TrainingContext, batch: TaskBatch, position: int, steps: int
+) -> int:
+    """FLOPs of ``steps`` training steps of job ``position`` of ``batch``."""
+    job = batch.jobs[position]
+    start, consts = batch.starts[position], batch.consts[position]
+    return steps * step_flops(
+        ctx, job.client, batch.task, batch.schedule, start, consts, job.indices
+    )
 
 
 class Executor(Protocol):

@@ -157,7 +157,7 @@ def train_grouped(
             [batch.consts[i] for i in members],
         )
         for i, result in zip(members, trained, strict=True):
-            result.flops = metered_training_flops(ctx, batch, result.samples)
+            result.flops = metered_training_flops(ctx, batch, i, result.steps)
             results[i] = result
     return results  # type: ignore[return-value]
 

@@ -21,11 +21,11 @@ def skip_training(ctx: TrainingContext, batch: TaskBatch) -> list[TrainResult]:
     """Each job keeps its start state; steps and FLOPs follow from the schedule."""
     schedule = batch.schedule
     results = []
-    for job, start in zip(batch.jobs, batch.starts, strict=True):
+    for position, (job, start) in enumerate(zip(batch.jobs, batch.starts, strict=True)):
         n = len(job.indices[batch.task.split])
         steps = schedule.num_steps(n)
         samples = steps * min(schedule.batch_size, n)
-        flops = metered_training_flops(ctx, batch, samples)
+        flops = metered_training_flops(ctx, batch, position, steps)
         results.append(TrainResult(start, steps, samples, flops))
     return results
 

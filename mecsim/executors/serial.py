@@ -18,7 +18,7 @@ def train_serially(ctx: TrainingContext, batch: TaskBatch) -> list[TrainResult]:
     results = []
     for position, (start, consts) in enumerate(zip(batch.starts, batch.consts, strict=True)):
         result = train(function, start, batch.splits(position), batch.schedule, loss, consts)
-        result.flops = metered_training_flops(ctx, batch, result.samples)
+        result.flops = metered_training_flops(ctx, batch, position, result.steps)
         results.append(result)
     return results
 

@@ -36,6 +36,7 @@ from mecsim.network import Transfer
 from mecsim.protocols.registry import register_protocol, uploading_task_index
 from mecsim.protocols.settings import ProtocolSettings
 from mecsim.simulation import Process, Simulation
+from mecsim.state import Payload
 
 
 class ComputeAndWaitSettings(ProtocolSettings):
@@ -128,11 +129,25 @@ def compute_and_wait(sim: Simulation) -> Process:
         sim.end_round(round_, round_start, selected)
 
 
+@dataclass(frozen=True)
+class _Window:
+    """An open personalized-training window: when it opened, and the payload of that round.
+
+    The deferred tasks run when the window closes, with the payload the
+    client received when it opened: exactly the inputs they would have had
+    had they run at once (Ditto's lambda term reads the global model).
+    """
+
+    round: int
+    start: float
+    payload: Payload | None
+
+
 @dataclass
 class _Windows:
-    """Open personalized-training windows (budget ``window``): client -> (round, start time)."""
+    """Open personalized-training windows (budget ``window``), by client."""
 
-    open: dict[int, tuple[int, float]] = field(default_factory=dict)
+    open: dict[int, _Window] = field(default_factory=dict)
 
 
 def _split_tasks(sim: Simulation, round_: int) -> tuple[tuple[Task, ...], tuple[Task, ...]]:
@@ -149,26 +164,28 @@ def _close_windows(sim: Simulation, windows: _Windows, closes: dict[int, float])
     for client, end in closes.items():
         if client not in windows.open:
             continue
-        opened, start = windows.open[client]
-        late = _split_tasks(sim, opened)[1]
+        window = windows.open[client]
+        late = _split_tasks(sim, window.round)[1]
         per_task: dict[str, int] = {}
-        remaining = end - start
+        remaining = end - window.start
         for task in late:
-            n = int(remaining // sim.step_seconds(client, task))
+            seconds = sim.step_seconds(client, window.round, task, window.payload)
+            n = int(remaining // seconds)
             n = min(n, cap) if cap is not None else n
             per_task[task.name] = n
-            remaining -= n * sim.step_seconds(client, task)
+            remaining -= n * seconds
         steps[client] = per_task
     # one job per (round, tasks with steps): a task with zero steps is not run at all
     groups: dict[tuple[int, tuple[str, ...]], list[int]] = {}
     for client, per_task in steps.items():
         names = tuple(name for name, n in per_task.items() if n > 0)
         if names:
-            groups.setdefault((windows.open[client][0], names), []).append(client)
+            groups.setdefault((windows.open[client].round, names), []).append(client)
     for (round_, names), clients in sorted(groups.items()):
-        results = sim.execute(round_, dict.fromkeys(clients), tasks=names, steps=steps)
+        payloads = {c: windows.open[c].payload for c in clients}
+        results = sim.execute(round_, payloads, tasks=names, steps=steps)
         for client, result in results.items():
-            start = windows.open[client][1]
+            start = windows.open[client].start
             for task in _split_tasks(sim, round_)[1]:
                 if task.name in result.task_flops:
                     start = sim.record_compute(
@@ -183,6 +200,7 @@ def _wf_client(
     sim: Simulation,
     round_: int,
     transfer: Transfer,
+    payload: Payload | None,
     result: JobResult,
     early: tuple[Task, ...],
     late: tuple[Task, ...],
@@ -195,7 +213,7 @@ def _wf_client(
     yield from sim.download(round_, transfer)
     yield from sim.compute_tasks(round_, result, early)
     if windows is not None:
-        windows.open[client] = (round_, sim.env.now)
+        windows.open[client] = _Window(round_, sim.env.now, payload)
     else:
         personal.append(sim.env.process(sim.compute_tasks(round_, result, late)))
     sim.client_states[client] = result.state
@@ -229,7 +247,16 @@ def wait_free(sim: Simulation) -> Process:
         clients = [
             env.process(
                 _wf_client(
-                    sim, round_, transfers[c], results[c], early, late, windows, arrived, personal
+                    sim,
+                    round_,
+                    transfers[c],
+                    payloads[c],
+                    results[c],
+                    early,
+                    late,
+                    windows,
+                    arrived,
+                    personal,
                 )
             )
             for c in selected
@@ -256,7 +283,7 @@ def _receive(
             sim.client_states[transfer.client], payload, sim.context(round_, transfer.client)
         )
         if windows is not None:
-            windows.open[transfer.client] = (round_, sim.env.now)
+            windows.open[transfer.client] = _Window(round_, sim.env.now, payload)
 
 
 @register_protocol(
