@@ -3,9 +3,17 @@
 from mecsim.algorithms import (  # noqa: F401  (importing a module registers its algorithm)
     ditto,
     fedavg,
+    fedavgm,
+    fedbabu,
+    fedbn,
+    feddyn,
+    fedper,
     fedprox,
+    fedrep,
     fedrod,
     local,
+    moon,
+    scaffold,
     scd,
 )
 from mecsim.algorithms.base import (

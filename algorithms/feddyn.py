@@ -1,0 +1,111 @@
+"""FedDyn (Acar et al., ICLR 2021): dynamic regularization (Algorithm 1).
+
+Client i keeps the gradient state grad L_i(theta_i^{t-1}) (zeros at start)
+and minimizes (line 5)
+
+    L_i(theta) - <grad L_i(theta_i^{t-1}), theta> + alpha/2 ||theta - theta^{t-1}||^2
+
+from the server model theta^{t-1}; then (line 6)
+``grad L_i <- grad L_i - alpha (theta_i^t - theta^{t-1})``. The server keeps h
+(lines 9-10): ``h <- h - alpha (1/m) sum_{i in P} (theta_i^t - theta^{t-1})``
+with m all clients, and ``theta^t = (1/|P|) sum_{i in P} theta_i^t - h / alpha``.
+Default alpha = 0.01 (the paper's grid is 0.1, 0.01, 0.001).
+"""
+
+from __future__ import annotations
+
+import torch
+from mecsim.algorithms.aggregate import weighted_average
+from mecsim.algorithms.base import (
+    AlgorithmSettings,
+    ClientState,
+    RoundContext,
+    ServerState,
+    Task,
+    Upload,
+)
+from mecsim.algorithms.fedavg import FedAvg
+from mecsim.algorithms.losses import cross_entropy_loss, inner_product, proximal
+from mecsim.algorithms.registry import ALGORITHMS
+from pydantic import Field
+
+from mecsim.state import ModelState, Payload, TensorDict
+from mecsim.training import Loss, TrainResult
+
+GRAD = "grad."
+GLOBAL = "global."
+
+
+class FedDynSettings(AlgorithmSettings):
+    alpha: float = Field(default=0.01, gt=0, description="alpha: dynamic regularization weight")
+
+
+@ALGORITHMS.register("feddyn", "FedDyn: dynamic regularizer with server state h (Acar et al. 2021)")
+class FedDyn(FedAvg):
+    """FedAvg with FedDyn's linear and quadratic client terms and server correction."""
+
+    Settings = FedDynSettings
+    protocols = frozenset({"compute_and_wait", "deadline"})
+
+    def _zeros(self) -> TensorDict:
+        return {k: torch.zeros_like(v) for k, v in self.initial.params.items()}
+
+    def init_server_state(self) -> ServerState:
+        return {"global": self.initial.clone(), "h": self._zeros()}
+
+    def init_client_state(self, client: int) -> ClientState:
+        return {"grad": self._zeros()}
+
+    def task_constants(
+        self, task: Task, state: ClientState, payload: Payload | None, ctx: RoundContext
+    ) -> TensorDict:
+        assert payload is not None
+        return {
+            **{GLOBAL + k: payload[k] for k in self.initial.params},
+            **{GRAD + k: v for k, v in state["grad"].items()},
+        }
+
+    def loss(self, task: Task) -> Loss:
+        ce = cross_entropy_loss(task.split)
+        alpha = self.settings.alpha
+        names = list(self.initial.params)
+
+        def feddyn_loss(forward, params, batch, consts):
+            glob = {k: consts[GLOBAL + k] for k in names}
+            grad = {k: consts[GRAD + k] for k in names}
+            linear = inner_product(params, grad)
+            return ce(forward, params, batch, consts) - linear + alpha / 2 * proximal(params, glob)
+
+        return feddyn_loss
+
+    def extra_flops(self, task: Task, start: ModelState, steps: int) -> int:
+        # per parameter and step: linear term (2) and its gradient, proximal term (5)
+        return 8 * start.num_params() * steps
+
+    def begin_task(
+        self, task: Task, state: ClientState, payload: Payload | None, ctx: RoundContext
+    ) -> ModelState:
+        state["received"] = payload
+        return super().begin_task(task, state, payload, ctx)
+
+    def end_task(
+        self, task: Task, state: ClientState, result: TrainResult, ctx: RoundContext
+    ) -> None:
+        super().end_task(task, state, result, ctx)
+        received = state.pop("received")
+        alpha = self.settings.alpha
+        state["grad"] = {
+            k: g - alpha * (result.state.params[k] - received[k]) for k, g in state["grad"].items()
+        }
+
+    def aggregate(
+        self, server_state: ServerState, uploads: list[Upload], ctx: RoundContext
+    ) -> ServerState:
+        alpha = self.settings.alpha
+        m = len(self.models.client_arch)
+        previous = server_state["global"].params
+        mean = weighted_average([u.payload for u in uploads], [1.0] * len(uploads))
+        drift = {k: sum(u.payload[k] - previous[k] for u in uploads) for k in previous}
+        h = {k: v - alpha / m * drift[k] for k, v in server_state["h"].items()}
+        theta = {**mean, **{k: mean[k] - h[k] / alpha for k in previous}}
+        return {"global": server_state["global"].merge(theta), "h": h}

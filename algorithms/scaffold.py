@@ -1,0 +1,121 @@
+"""SCAFFOLD (Karimireddy et al., ICML 2020): control variates correct client drift (Algorithm 1).
+
+The server holds the global model x and a control variate c; client i holds
+c_i (zeros at start). Both directions carry a model and a control variate:
+
+* down: (x, c);
+* local steps (line 10): ``y <- y - eta_l (g_i(y) - c_i + c)``, written as
+  the loss ``f_i(y) + <y, c - c_i>`` whose gradient is exactly that;
+* option II (line 12): ``c_i+ = c_i - c + (x - y) / (K eta_l)`` with K the
+  local steps taken;
+* up: (Delta y = y - x, Delta c = c_i+ - c_i);
+* server (lines 16-17): ``x <- x + eta_g mean(Delta y)``,
+  ``c <- c + (|S| / N) mean(Delta c)``, means uniform over the senders.
+
+With momentum the (x - y)/(K eta_l) estimate is approximate; the paper uses
+plain SGD. Integer buffers (BatchNorm's counter) are averaged as values.
+"""
+
+from __future__ import annotations
+
+import torch
+from mecsim.algorithms.aggregate import payload_difference, weighted_average
+from mecsim.algorithms.base import (
+    AlgorithmSettings,
+    ClientState,
+    RoundContext,
+    ServerState,
+    Task,
+    Upload,
+)
+from mecsim.algorithms.fedavg import FedAvg
+from mecsim.algorithms.losses import cross_entropy_loss, inner_product
+from mecsim.algorithms.registry import ALGORITHMS
+from pydantic import Field
+
+from mecsim.state import ModelState, Payload, TensorDict
+from mecsim.training import Loss, TrainResult
+
+C = "c."  # payload prefix of control variates
+DY = "dy."  # payload prefix of model deltas
+
+
+class ScaffoldSettings(AlgorithmSettings):
+    server_lr: float = Field(default=1.0, gt=0, description="eta_g: global step size")
+
+
+@ALGORITHMS.register("scaffold", "SCAFFOLD: control variates, option II (Karimireddy et al. 2020)")
+class Scaffold(FedAvg):
+    """FedAvg with client and server control variates."""
+
+    Settings = ScaffoldSettings
+    protocols = frozenset({"compute_and_wait", "deadline"})
+
+    def _zeros(self) -> TensorDict:
+        return {k: torch.zeros_like(v) for k, v in self.initial.params.items()}
+
+    def init_server_state(self) -> ServerState:
+        return {"global": self.initial.clone(), "control": self._zeros()}
+
+    def init_client_state(self, client: int) -> ClientState:
+        return {"control": self._zeros()}
+
+    def downlink(self, server_state: ServerState, ctx: RoundContext) -> Payload:
+        control = {C + k: v for k, v in server_state["control"].items()}
+        return {**server_state["global"].to_payload(), **control}
+
+    def task_constants(
+        self, task: Task, state: ClientState, payload: Payload | None, ctx: RoundContext
+    ) -> TensorDict:
+        assert payload is not None
+        return {k: payload[C + k] - state["control"][k] for k in self.initial.params}
+
+    def loss(self, task: Task) -> Loss:
+        ce = cross_entropy_loss(task.split)
+
+        def scaffold_loss(forward, params, batch, correction):
+            return ce(forward, params, batch, correction) + inner_product(params, correction)
+
+        return scaffold_loss
+
+    def begin_task(
+        self, task: Task, state: ClientState, payload: Payload | None, ctx: RoundContext
+    ) -> ModelState:
+        state["received"] = payload
+        return super().begin_task(task, state, payload, ctx)
+
+    def end_task(
+        self, task: Task, state: ClientState, result: TrainResult, ctx: RoundContext
+    ) -> None:
+        received = state.pop("received")
+        x = ModelState.from_payload(received, self.initial)
+        y = result.state
+        scale = 1.0 / (max(result.steps, 1) * self.schedule(task).lr)
+        control = {
+            k: c - received[C + k] + scale * (x.params[k] - y.params[k])
+            for k, c in state["control"].items()
+        }
+        delta_y = payload_difference(y.to_payload(), x.to_payload())
+        integer = {k: v for k, v in y.to_payload().items() if not v.is_floating_point()}
+        state["upload"] = {
+            **{DY + k: v for k, v in delta_y.items()},
+            **integer,
+            **{C + k: control[k] - state["control"][k] for k in control},
+        }
+        state["control"] = control
+
+    def upload(self, state: ClientState, ctx: RoundContext) -> Payload:
+        return state.pop("upload")
+
+    def aggregate(
+        self, server_state: ServerState, uploads: list[Upload], ctx: RoundContext
+    ) -> ServerState:
+        mean = weighted_average([u.payload for u in uploads], [1.0] * len(uploads))
+        x = server_state["global"].to_payload()
+        stepped = {
+            k: (x[k] + self.settings.server_lr * mean[DY + k]) if DY + k in mean else mean.get(k, v)
+            for k, v in x.items()
+        }
+        fraction = len(uploads) / len(self.models.client_arch)
+        control = {k: c + fraction * mean[C + k] for k, c in server_state["control"].items()}
+        return {"global": server_state["global"].merge(stepped), "control": control}
