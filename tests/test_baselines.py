@@ -1,0 +1,92 @@
+"""Baselines of interface v2: what each moves, and the reductions that pin their equations."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import mecsim
+from mecsim.models import build_model
+from mecsim.models.catalog import Architecture
+from mecsim.rng import derive_seed
+
+BN = ["model.name=cnn-small-bn", "algorithm.steps=2"]
+
+
+def architecture() -> Architecture:
+    module = build_model("cnn-small-bn", input_shape=(1, 8, 8), num_classes=10, seed=0)
+    return Architecture.of("cnn-small-bn", module)
+
+
+def moved_bytes(result) -> set[int]:
+    events = result.events
+    return set(events[events["phase"].isin(["upload", "download"])]["bytes"])
+
+
+@pytest.mark.parametrize(
+    ("name", "kept"),
+    [
+        ("fedbn", lambda a: a.norm_keys),
+        ("fedper", lambda a: set(a.head_keys)),
+        ("fedrep", lambda a: set(a.head_keys)),
+        ("fedbabu", lambda a: set(a.head_keys)),
+    ],
+)
+def test_partial_methods_move_exactly_the_shared_entries(tiny, name, kept):
+    arch = architecture()
+    full = arch.initial.to_payload()
+    expected = sum(t.nbytes for k, t in full.items() if k not in kept(arch))
+
+    result = mecsim.run(tiny, BN + [f"algorithm.name={name}"], write=False)
+
+    assert moved_bytes(result) == {expected}
+    assert expected < sum(t.nbytes for t in full.values())
+
+
+def test_scaffold_moves_a_model_and_a_control_variate_each_way(tiny):
+    arch = architecture()
+    model = sum(t.nbytes for t in arch.initial.to_payload().values())
+    control = sum(t.nbytes for t in arch.initial.params.values())
+
+    result = mecsim.run(tiny, BN + ["algorithm.name=scaffold"], write=False)
+
+    assert moved_bytes(result) == {model + control}
+
+
+def test_fedavgm_without_momentum_is_fedavg(tiny):
+    fedavg = mecsim.run(tiny, ["algorithm.steps=2"], write=False)
+    fedavgm = mecsim.run(
+        tiny,
+        [
+            "algorithm.steps=2",
+            "algorithm.name=fedavgm",
+            "algorithm.server_momentum=0",
+            "algorithm.server_lr=1",
+        ],
+        write=False,
+    )
+    for k, v in fedavg.server_state["global"].params.items():
+        torch.testing.assert_close(fedavgm.server_state["global"].params[k], v)
+
+
+def test_fedbn_keeps_each_clients_batchnorm_statistics(tiny):
+    result = mecsim.run(tiny, BN + ["algorithm.name=fedbn"], write=False)
+    key = next(k for k in architecture().norm_keys if k.endswith("running_mean"))
+    means = [s["local"].buffers[key] for s in result.client_states]
+    assert not torch.allclose(means[0], means[1])
+
+
+def test_scaffold_control_variates_follow_option_two(tiny):
+    """With one client and eta_g = 1: c_i = (x - y) / (K lr) and c = c_i after round 0."""
+    result = mecsim.run(
+        tiny,
+        ["algorithm.name=scaffold", "algorithm.steps=3", "clients.count=1", "protocol.rounds=1"],
+        write=False,
+    )
+    x = build_model("cnn-small", input_shape=(1, 8, 8), num_classes=10, seed=derive_seed(3, "init"))
+    y = result.server_state["global"]  # eta_g = 1, one client: x <- y
+    lr = result.scenario.algorithm.lr
+    for name, p in x.named_parameters():
+        expected = (p.detach() - y.params[name]) / (3 * lr)
+        torch.testing.assert_close(result.client_states[0]["control"][name], expected)
+        torch.testing.assert_close(result.server_state["control"][name], expected)
