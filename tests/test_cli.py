@@ -15,7 +15,12 @@ def write(tmp_path, data, name="scenario.toml"):
 def test_list_reads_the_registries(capsys):
     assert main(["list", "algorithms"]) == 0
     names = [line.split()[0] for line in capsys.readouterr().out.splitlines()]
-    assert names == ["ditto", "fedavg", "fedprox", "fedrod", "local", "scd"]
+    from mecsim.algorithms import ALGORITHMS
+
+    assert names == ALGORITHMS.names()
+    assert {"fedavgm", "fedbn", "fedper", "fedrep", "fedbabu", "moon", "scaffold", "feddyn"} <= set(
+        names
+    )
 
     for kind in ("models", "datasets", "devices", "partitions", "fading", "protocols"):
         assert main(["list", kind]) == 0
