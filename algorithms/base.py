@@ -111,6 +111,8 @@ class RoundContext:
     client: int | None
     num_samples: Mapping[str, int]
     seed: int
+    received: Payload | None = None
+    """What the client received this round (its job's payload), if anything."""
 
     def rng(self, *key: object) -> np.random.Generator:
         """The algorithm's random stream for this (round, client, *key)."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 
 from mecsim.algorithms.base import AlgorithmSettings, ClientState, RoundContext, ServerState, Task
-from mecsim.algorithms.fedavg import FedAvg
+from mecsim.algorithms.fedper import FedPer
 from mecsim.algorithms.registry import ALGORITHMS
 from pydantic import Field
 
@@ -27,17 +27,11 @@ class FedBABUSettings(AlgorithmSettings):
 
 
 @ALGORITHMS.register("fedbabu", "FedBABU: head frozen at init, body shared; head fine-tuned")
-class FedBABU(FedAvg):
+class FedBABU(FedPer):
     """Body-only federated training, head fine-tuning for personalization."""
 
     Settings = FedBABUSettings
     tasks = (Task("body", model="local", uploads=True), Task("finetune", model="personal"))
-
-    def shared_keys(self) -> tuple[str, ...]:
-        return self.arch(None).body_keys
-
-    def init_client_state(self, client: int) -> ClientState:
-        return {"local": self.initial.clone()}
 
     def schedule(self, task: Task) -> Schedule:
         base = super().schedule(task)

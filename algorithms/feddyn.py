@@ -14,7 +14,6 @@ Default alpha = 0.01 (the paper's grid is 0.1, 0.01, 0.001).
 
 from __future__ import annotations
 
-import torch
 from mecsim.algorithms.aggregate import weighted_average
 from mecsim.algorithms.base import (
     AlgorithmSettings,
@@ -29,7 +28,7 @@ from mecsim.algorithms.losses import cross_entropy_loss, inner_product, proximal
 from mecsim.algorithms.registry import ALGORITHMS
 from pydantic import Field
 
-from mecsim.state import ModelState, Payload, TensorDict
+from mecsim.state import ModelState, Payload, TensorDict, zeros_like
 from mecsim.training import Loss, TrainResult
 
 GRAD = "grad."
@@ -47,14 +46,11 @@ class FedDyn(FedAvg):
     Settings = FedDynSettings
     protocols = frozenset({"compute_and_wait", "deadline"})
 
-    def _zeros(self) -> TensorDict:
-        return {k: torch.zeros_like(v) for k, v in self.initial.params.items()}
-
     def init_server_state(self) -> ServerState:
-        return {"global": self.initial.clone(), "h": self._zeros()}
+        return {"global": self.initial.clone(), "h": zeros_like(self.initial.params)}
 
     def init_client_state(self, client: int) -> ClientState:
-        return {"grad": self._zeros()}
+        return {"grad": zeros_like(self.initial.params)}
 
     def task_constants(
         self, task: Task, state: ClientState, payload: Payload | None, ctx: RoundContext
@@ -82,17 +78,12 @@ class FedDyn(FedAvg):
         # per parameter and step: linear term (2) and its gradient, proximal term (5)
         return 8 * start.num_params() * steps
 
-    def begin_task(
-        self, task: Task, state: ClientState, payload: Payload | None, ctx: RoundContext
-    ) -> ModelState:
-        state["received"] = payload
-        return super().begin_task(task, state, payload, ctx)
-
     def end_task(
         self, task: Task, state: ClientState, result: TrainResult, ctx: RoundContext
     ) -> None:
         super().end_task(task, state, result, ctx)
-        received = state.pop("received")
+        received = ctx.received
+        assert received is not None
         alpha = self.settings.alpha
         state["grad"] = {
             k: g - alpha * (result.state.params[k] - received[k]) for k, g in state["grad"].items()

@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 
 from mecsim.algorithms.base import AlgorithmSettings, ClientState, RoundContext, Task
-from mecsim.algorithms.fedavg import FedAvg
+from mecsim.algorithms.fedper import FedPer
 from mecsim.algorithms.registry import ALGORITHMS
 from pydantic import Field
 
@@ -29,17 +29,11 @@ class FedRepSettings(AlgorithmSettings):
 
 
 @ALGORITHMS.register("fedrep", "FedRep: head epochs then body epochs; only the body moves")
-class FedRep(FedAvg):
+class FedRep(FedPer):
     """Alternating head and body updates; the body is shared."""
 
     Settings = FedRepSettings
     tasks = (Task("head", model="local"), Task("body", model="local", uploads=True))
-
-    def shared_keys(self) -> tuple[str, ...]:
-        return self.arch(None).body_keys
-
-    def init_client_state(self, client: int) -> ClientState:
-        return {"local": self.initial.clone()}
 
     def schedule(self, task: Task) -> Schedule:
         base = super().schedule(task)

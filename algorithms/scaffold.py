@@ -18,7 +18,6 @@ plain SGD. Integer buffers (BatchNorm's counter) are averaged as values.
 
 from __future__ import annotations
 
-import torch
 from mecsim.algorithms.aggregate import payload_difference, weighted_average
 from mecsim.algorithms.base import (
     AlgorithmSettings,
@@ -33,7 +32,7 @@ from mecsim.algorithms.losses import cross_entropy_loss, inner_product
 from mecsim.algorithms.registry import ALGORITHMS
 from pydantic import Field
 
-from mecsim.state import ModelState, Payload, TensorDict
+from mecsim.state import ModelState, Payload, TensorDict, zeros_like
 from mecsim.training import Loss, TrainResult
 
 C = "c."  # payload prefix of control variates
@@ -51,14 +50,11 @@ class Scaffold(FedAvg):
     Settings = ScaffoldSettings
     protocols = frozenset({"compute_and_wait", "deadline"})
 
-    def _zeros(self) -> TensorDict:
-        return {k: torch.zeros_like(v) for k, v in self.initial.params.items()}
-
     def init_server_state(self) -> ServerState:
-        return {"global": self.initial.clone(), "control": self._zeros()}
+        return {"global": self.initial.clone(), "control": zeros_like(self.initial.params)}
 
     def init_client_state(self, client: int) -> ClientState:
-        return {"control": self._zeros()}
+        return {"control": zeros_like(self.initial.params)}
 
     def downlink(self, server_state: ServerState, ctx: RoundContext) -> Payload:
         control = {C + k: v for k, v in server_state["control"].items()}
@@ -78,16 +74,11 @@ class Scaffold(FedAvg):
 
         return scaffold_loss
 
-    def begin_task(
-        self, task: Task, state: ClientState, payload: Payload | None, ctx: RoundContext
-    ) -> ModelState:
-        state["received"] = payload
-        return super().begin_task(task, state, payload, ctx)
-
     def end_task(
         self, task: Task, state: ClientState, result: TrainResult, ctx: RoundContext
     ) -> None:
-        received = state.pop("received")
+        received = ctx.received
+        assert received is not None
         x = ModelState.from_payload(received, self.initial)
         y = result.state
         scale = 1.0 / (max(result.steps, 1) * self.schedule(task).lr)

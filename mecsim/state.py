@@ -88,6 +88,11 @@ class ModelState:
         )
 
 
+def zeros_like(tensors: TensorDict) -> TensorDict:
+    """A zero tensor for every entry of ``tensors`` (control variates, gradient states)."""
+    return {k: torch.zeros_like(v) for k, v in tensors.items()}
+
+
 def payload_nbytes(payload: Payload | None) -> int:
     """Bytes on the wire: sum of ``numel * element_size`` over the payload's tensors."""
     if not payload:

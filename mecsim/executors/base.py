@@ -127,7 +127,8 @@ TrainMany = Callable[[TaskBatch], list[TrainResult]]
 
 def job_context(job: ClientJob, seed: int) -> RoundContext:
     """The :class:`RoundContext` of a job's hooks."""
-    return RoundContext(job.round, job.client, {k: len(v) for k, v in job.indices.items()}, seed)
+    sizes = {k: len(v) for k, v in job.indices.items()}
+    return RoundContext(job.round, job.client, sizes, seed, job.payload)
 
 
 def run_tasks(
