@@ -99,6 +99,10 @@ class Task:
         """Every split this task reads, its own first."""
         return (self.split, *(s for s, _ in self.also))
 
+    def batch_sizes(self, schedule: Schedule) -> dict[str, int]:
+        """Per split read, the batch size of a step (the task's own split first)."""
+        return {self.split: schedule.batch_size, **dict(self.also)}
+
 
 @dataclass(frozen=True)
 class RoundContext:

@@ -345,7 +345,6 @@ def run(
         evaluator=evaluator,
         protocol=sc.protocol,
         seed=sc.seed,
-        per_sample_flops=per_sample,
         training=ctx,
         public_nbytes=payload_nbytes({"x": public[0]} | ({"y": public[1]} if labeled else {}))
         if uses_public

@@ -59,7 +59,6 @@ class Simulation:
         evaluator: Evaluator,
         protocol: ProtocolSettings,
         seed: int,
-        per_sample_flops: dict[str, int] | None = None,
         public_nbytes: int = 0,
         training: TrainingContext | None = None,
         on_round: Callable[[dict[str, Any]], None] | None = None,
@@ -75,7 +74,6 @@ class Simulation:
         self.evaluator = evaluator
         self.protocol = protocol
         self.seed = seed
-        self.per_sample_flops = per_sample_flops or {}
         self.public_nbytes = public_nbytes
         self.training = training
         """The executors' shared context (architectures, data, FLOP meter), if any."""
@@ -186,18 +184,25 @@ class Simulation:
         broadcast = self.algorithm.broadcast and self.network.config.downlink.mode == "broadcast"
         transfers = self.network.downlink(nbytes, round_, broadcast)
         if transfers and any(nbytes.values()):
-            on_air = max(t.duration_s for t in transfers.values())
             sent = max(nbytes.values()) if broadcast else sum(nbytes.values())
-            self.recorder.event(
-                round_,
-                SERVER,
-                "downlink-send",
-                self.env.now,
-                self.env.now + on_air,
-                nbytes=sent,
-                energy_j=self.network.server_tx_power_w * on_air,
-            )
+            self._record_send(round_, "downlink-send", sent, transfers)
         return transfers
+
+    def _record_send(
+        self, round_: int, phase: str, nbytes: int, transfers: dict[int, Transfer]
+    ) -> float:
+        """Record the server's transmission of ``transfers`` from now; return its airtime."""
+        on_air = max(t.duration_s for t in transfers.values())
+        self.recorder.event(
+            round_,
+            SERVER,
+            phase,
+            self.env.now,
+            self.env.now + on_air,
+            nbytes=nbytes,
+            energy_j=self.network.server_tx_power_w * on_air,
+        )
+        return on_air
 
     # --- timed activities (process generators) ----------------------------------------
     def download(self, round_: int, transfer: Transfer) -> Process:
@@ -271,28 +276,22 @@ class Simulation:
     def aggregate(self, round_: int, uploads: list[Upload]) -> Process:
         """Server aggregates (FLOPs / server FLOP/s), then runs its server tasks, if any."""
         flops = self.algorithm.aggregation_flops(self.server_state, uploads)
-        seconds, energy = compute_cost(flops, self.server_device)
-        start = self.env.now
-        yield self.env.timeout(seconds)
+        yield from self._server_compute(round_, "aggregate", flops)
         self.server_state = self.algorithm.aggregate(
             self.server_state, uploads, self.context(round_, SERVER)
-        )
-        self.recorder.event(
-            round_, SERVER, "aggregate", start, self.env.now, flops=flops, energy_j=energy
         )
         yield from self.server_work(round_)
 
     def mix(self, round_: int, upload: Upload, weight: float) -> Process:
-        """Asynchronous server update through the algorithm's ``mix`` hook, timed like aggregate."""
+        """Asynchronous server update through the algorithm's ``mix`` hook, timed like aggregate.
+
+        Its FLOPs are those of averaging the upload with the current values
+        of the same entries (two payloads of the upload's size).
+        """
         flops = self.algorithm.aggregation_flops(self.server_state, [upload, upload])
-        seconds, energy = compute_cost(flops, self.server_device)
-        start = self.env.now
-        yield self.env.timeout(seconds)
+        yield from self._server_compute(round_, "aggregate", flops)
         self.server_state = self.algorithm.mix(
             self.server_state, upload, weight, self.context(round_, SERVER)
-        )
-        self.recorder.event(
-            round_, SERVER, "aggregate", start, self.env.now, flops=flops, energy_j=energy
         )
         yield from self.server_work(round_)
 
@@ -315,40 +314,27 @@ class Simulation:
         self._train_wall_s += time.perf_counter() - started
         self.server_state = result.state
         for task in tasks:
-            if task.name not in result.task_flops:
-                continue
-            flops = result.task_flops[task.name]
-            seconds, energy = compute_cost(flops, self.server_device)
-            start = self.env.now
-            yield self.env.timeout(seconds)
-            self.recorder.event(
-                round_,
-                SERVER,
-                f"server:{task.name}",
-                start,
-                self.env.now,
-                flops=flops,
-                energy_j=energy,
-            )
+            if task.name in result.task_flops:
+                flops = result.task_flops[task.name]
+                yield from self._server_compute(round_, f"server:{task.name}", flops)
+
+    def _server_compute(self, round_: int, phase: str, flops: int) -> Process:
+        """The server device computes ``flops`` FLOPs now; the event is recorded when done."""
+        seconds, energy = compute_cost(flops, self.server_device)
+        start = self.env.now
+        yield self.env.timeout(seconds)
+        self.recorder.event(
+            round_, SERVER, phase, start, self.env.now, flops=flops, energy_j=energy
+        )
 
     def public_download(self) -> Process:
         """Every client downloads the public split once, before round 0 (a broadcast)."""
         if not self.public_nbytes:
             return
-        clients = range(len(self.clients))
-        nbytes = dict.fromkeys(clients, self.public_nbytes)
+        nbytes = dict.fromkeys(range(len(self.clients)), self.public_nbytes)
         transfers = self.network.downlink(nbytes, -1, True)
         start = self.env.now
-        on_air = max(t.duration_s for t in transfers.values())
-        self.recorder.event(
-            -1,
-            SERVER,
-            "downlink-send:public",
-            start,
-            start + on_air,
-            nbytes=self.public_nbytes,
-            energy_j=self.network.server_tx_power_w * on_air,
-        )
+        on_air = self._record_send(-1, "downlink-send:public", self.public_nbytes, transfers)
         for c, t in transfers.items():
             self.recorder.event(
                 -1,

@@ -47,10 +47,6 @@ class ClientJob:
     def runs(self, task: Task) -> bool:
         return self.tasks is None or task.name in self.tasks
 
-    @property
-    def train_indices(self) -> Tensor:
-        return self.indices["train"]
-
 
 @dataclass
 class JobResult:
@@ -88,6 +84,13 @@ class TrainingContext:
         return self.models.of(job.client).name
 
 
+def split_tensors(
+    data: dict[str, tuple[Tensor, Tensor | None]], split: str
+) -> tuple[Tensor, Tensor | None]:
+    """The (inputs, labels) tensors a split indexes: ``val`` indexes the training tensors."""
+    return data["train" if split == "val" else split]
+
+
 @dataclass(frozen=True)
 class TaskBatch:
     """The inputs of one task for several jobs of one architecture, aligned by position."""
@@ -113,10 +116,9 @@ class TaskBatch:
     def splits(self, position: int) -> dict[str, SplitData]:
         """The splits job ``position`` reads, the task's own first, with their batch streams."""
         job = self.jobs[position]
-        sizes = {self.task.split: self.schedule.batch_size, **dict(self.task.also)}
         out = {}
-        for name, size in sizes.items():
-            x, y = self.data["train" if name == "val" else name]
+        for name, size in self.task.batch_sizes(self.schedule).items():
+            x, y = split_tensors(self.data, name)
             out[name] = SplitData(x, y, job.indices[name], size, self.generator(position, name))
         return out
 
@@ -210,10 +212,9 @@ def step_flops(
 ) -> int:
     """FLOPs of one training step of ``task`` for ``client`` (see :class:`StepMeter`)."""
     arch = ctx.models.of(client).name
-    sizes = {task.split: schedule.batch_size, **dict(task.also)}
     shapes = {}
-    for name, size in sizes.items():
-        x = ctx.data["train" if name == "val" else name][0]
+    for name, size in task.batch_sizes(schedule).items():
+        x = split_tensors(ctx.data, name)[0]
         shapes[name] = (min(size, len(indices[name])), *x.shape[1:])
     return ctx.meter.step_flops(
         (arch, task),
