@@ -328,6 +328,7 @@ def run(
         per_sample,
         {"train": (data.x_train, data.y_train), "public": public},
         sc.seed,
+        proximal=sc.protocol.local_proximal,
     )
     clients = build_clients(sc)
     if cost_only:

@@ -304,7 +304,7 @@ def _check_names(scenario: Scenario) -> list[Problem]:
     )
     if (
         protocol.kind == "wait_free"
-        and protocol.personal_budget == "window"
+        and protocol.personal_budget == "window_uncapped"
         and partial
         and not protocol.broadcast_unselected
         and protocol.max_personal_steps is None
@@ -312,9 +312,9 @@ def _check_names(scenario: Scenario) -> list[Problem]:
         problems.append(
             Problem(
                 "protocol.max_personal_steps",
-                "a window budget with partial participation leaves unselected clients' windows open "
-                "for many rounds; set max_personal_steps (appendix F (b)) or "
-                "broadcast_unselected = true (appendix F (a))",
+                "an uncapped window with partial participation leaves unselected clients training "
+                "for many rounds; set max_personal_steps (appendix F (b)), "
+                "broadcast_unselected = true (appendix F (a)) or personal_budget = 'window'",
             )
         )
     if (

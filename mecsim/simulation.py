@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import simpy
 
-from mecsim.algorithms.base import SERVER, Algorithm, RoundContext, Task, Upload
+from mecsim.algorithms.base import SERVER, Algorithm, ClientState, RoundContext, Task, Upload
 from mecsim.cost import compute_cost, transmit_cost
 from mecsim.devices import DeviceProfile
 from mecsim.evaluation import Evaluation, Evaluator
@@ -84,8 +84,10 @@ class Simulation:
         self.last_evaluation: Evaluation | None = None
         self.busy_until = [0.0] * len(self.clients)
         """Per client: simulated time its current computation ends."""
-        self.ready_at = [0.0] * len(self.clients)
-        """Per client: simulated time its latest computed state is (or will be) complete."""
+        self.state_ready = [0.0] * len(self.clients)
+        """Per client: simulated time the state in ``client_states`` is (or will be) complete."""
+        self.server_ready = 0.0
+        """Simulated time the server state was last updated."""
         self._totals = RoundTotals()
         self._wall_start = time.perf_counter()
         self._train_wall_s = 0.0
@@ -282,13 +284,14 @@ class Simulation:
         )
         yield from self.server_work(round_)
 
-    def mix(self, round_: int, upload: Upload, weight: float) -> Process:
+    def mix(self, round_: int, upload: Upload, weight: float, flops: int | None = None) -> Process:
         """Asynchronous server update through the algorithm's ``mix`` hook, timed like aggregate.
 
-        Its FLOPs are those of averaging the upload with the current values
-        of the same entries (two payloads of the upload's size).
+        ``flops`` defaults to averaging the upload with the current values of
+        the same entries (two payloads of the upload's size).
         """
-        flops = self.algorithm.aggregation_flops(self.server_state, [upload, upload])
+        if flops is None:
+            flops = self.algorithm.aggregation_flops(self.server_state, [upload, upload])
         yield from self._server_compute(round_, "aggregate", flops)
         self.server_state = self.algorithm.mix(
             self.server_state, upload, weight, self.context(round_, SERVER)
@@ -323,6 +326,7 @@ class Simulation:
         seconds, energy = compute_cost(flops, self.server_device)
         start = self.env.now
         yield self.env.timeout(seconds)
+        self.server_ready = self.env.now
         self.recorder.event(
             round_, SERVER, phase, start, self.env.now, flops=flops, energy_j=energy
         )
@@ -354,9 +358,12 @@ class Simulation:
     ) -> None:
         """Evaluate (every ``eval_every`` rounds and at the end) and record the round row.
 
-        ``t_personal`` is when the evaluated personalized models are all
-        complete: after ``t_end`` when wait-free personal training outlasts
-        the round. ``extra`` adds protocol-specific columns.
+        ``t_personal`` is when every state the evaluation read was complete:
+        the server state and each client's committed state (see
+        :meth:`commit`), never a state still being computed (an asynchronous
+        or late client's). It lies after ``t_end`` when wait-free personal
+        training outlasts the round.
+        ``extra`` adds protocol-specific columns.
         """
         last = round_ == self.protocol.rounds - 1
         evaluation = None
@@ -371,7 +378,7 @@ class Simulation:
             "round": round_,
             "t_start": round_start,
             "t_end": self.env.now,
-            "t_personal": max(self.env.now, max(self.ready_at, default=0.0)),
+            "t_personal": max(self.server_ready, max(self.state_ready, default=0.0)),
             "num_selected": len(selected),
             "generic_acc": evaluation.generic_acc if evaluation else nan,
             "personal_acc": evaluation.personal_acc if evaluation else nan,
@@ -393,7 +400,6 @@ class Simulation:
         """Book ``client``'s device for ``flops`` from ``start``; return (seconds, joules)."""
         seconds, energy = compute_cost(flops, self.clients[client].device)
         self.busy_until[client] = max(self.busy_until[client], start + seconds)
-        self.ready_at[client] = start + seconds
         return seconds, energy
 
     def record_compute(
@@ -422,11 +428,26 @@ class Simulation:
         job = ClientJob(client, round_, state, payload, self.indices[client])
         ctx = job_context(job, self.seed)
         start = algorithm.begin_task(task, state, payload, ctx)
-        consts = algorithm.task_constants(task, state, payload, ctx)
+        consts = self.training.constants(task, state, start, payload, ctx)
         schedule = algorithm.schedule(task)
         flops = step_flops(self.training, client, task, schedule, start, consts, job.indices)
-        extra = algorithm.extra_flops(task, start, 2) - algorithm.extra_flops(task, start, 1)
+        extra = self.training.extra_flops(task, start, consts, 2) - self.training.extra_flops(
+            task, start, consts, 1
+        )
         return (flops + extra) / self.clients[client].device.flops_per_s
+
+    def commit(self, client: int, state: ClientState, ready: float) -> None:
+        """Make ``state`` the client's current state, complete at simulated time ``ready``.
+
+        ``ready`` may lie in the future (wait-free personal training still
+        running); the round row's ``t_personal`` reads it.
+        """
+        self.client_states[client] = state
+        self.state_ready[client] = ready
+
+    def compute_seconds(self, client: int, flops: int) -> float:
+        """Simulated seconds ``client``'s device takes for ``flops``."""
+        return compute_cost(flops, self.clients[client].device)[0]
 
     def _run(self, protocol_process: Callable[[Simulation], Process]) -> Process:
         yield from self.public_download()

@@ -5,8 +5,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
 import pytest
 import torch
+from mecsim.algorithms.aggregate import weighted_average
 from mecsim.algorithms.base import Algorithm, Task
 
 from mecsim.devices import DeviceProfile
@@ -14,7 +16,7 @@ from mecsim.evaluation import Evaluation
 from mecsim.executors import JobResult
 from mecsim.network import ClientProfile, Transfer
 from mecsim.protocols import PROTOCOLS
-from mecsim.protocols.asynchronous import FedAsyncSettings
+from mecsim.protocols.asynchronous import FedAsyncSettings, FedBuffSettings
 from mecsim.protocols.synchronous import ComputeAndWaitSettings, DeadlineSettings
 from mecsim.simulation import Simulation
 
@@ -140,3 +142,102 @@ def test_fedasync_applies_each_update_after_its_upload_arrived():
     for t in compute["t_start"]:
         running = compute[(compute["t_start"] <= t) & (compute["t_end"] > t)]
         assert len(running) <= 2
+
+
+class DeltaAlgorithm(StubAlgorithm):
+    """Server state ``w`` (4 entries); aggregation is the per-key weighted average."""
+
+    def init_server_state(self):
+        return {"w": torch.zeros(4)}
+
+    def downlink(self, server_state, ctx):
+        return {"w": server_state["w"].clone()}
+
+    def aggregate(self, server_state, uploads, ctx):
+        return weighted_average(
+            [u.payload for u in uploads], [u.aggregation_weight for u in uploads]
+        )
+
+
+STEP = {0: 1.0, 1: 10.0, 2: 100.0}  # what each client's training adds to the model it downloaded
+
+
+class DeltaExecutor:
+    def run(self, jobs):
+        return [
+            JobResult(
+                j.client, {}, {"w": j.payload["w"] + STEP[j.client]}, {"work": FLOPS[j.client]}
+            )
+            for j in jobs
+        ]
+
+
+def delta_simulation(protocol, clients: int = 2) -> Simulation:
+    return Simulation(
+        algorithm=DeltaAlgorithm(),
+        executor=DeltaExecutor(),
+        network=StubNetwork(),
+        clients=[ClientProfile(c, 100.0, 1e6, 20.0, DEVICE) for c in range(clients)],
+        indices=[{"train": torch.arange(10)} for _ in range(clients)],
+        server_device=SERVER,
+        evaluator=StubEvaluator(),
+        protocol=protocol,
+        seed=0,
+    )
+
+
+def test_fedbuff_applies_staleness_weighted_average_deltas_to_the_current_model():
+    """Hand example, K = 2, server_lr 0.5, delta weight 1/sqrt(1 + s).
+
+    Client 0 (0.5 s download, 1 s compute, 1 s upload: 2.5 s a job) and
+    client 1 (0.5 + 3 + 2 = 5.5 s) start on w0 = 0; a client starts its next
+    job on the model current when its upload arrives.
+
+    * 5.0 s: client 0's jobs 1 and 2 (both on w0, deltas 1, staleness 0):
+      w1 = 0 + 0.5 * (1 + 1) / 2 = 0.5.
+    * 7.5 s: client 1's job 1 (on w0, delta 10) and client 0's job 3 (started
+      at 5.0 s on w0, delta 1), both staleness 1:
+      w2 = w1 + 0.5 * (10 + 1) / sqrt(2) / 2.
+    * 11.0 s: client 0's job 4 (started at 7.5 s on w1 = 0.5: uploads 1.5,
+      delta 1) and client 1's job 2 (started at 5.5 s on w1: uploads 10.5,
+      delta 10), both staleness 1: w3 = w2 + 0.5 * (1 + 10) / sqrt(2) / 2.
+    """
+    sim = delta_simulation(FedBuffSettings(rounds=3, buffer_size=2, server_lr=0.5))
+    sim.run(PROTOCOLS.get("fedbuff"))
+    rounds, events = sim.recorder.rounds(), sim.recorder.events()
+
+    assert rounds["t_start"].tolist() == pytest.approx([0.0, 5.0, 7.5], abs=1e-9)
+    assert rounds["arrived_at"].tolist() == pytest.approx([5.0, 7.5, 11.0], abs=1e-9)
+    assert rounds["max_staleness"].tolist() == [0, 1, 1]
+    expected = 0.5 + 2 * 0.5 * 11 / math.sqrt(2) / 2
+    torch.testing.assert_close(sim.server_state["w"], torch.full((4,), expected), atol=1e-6, rtol=0)
+    # the buffer aggregation is a timed server computation: 3 FLOPs per delta entry, 1 per model entry
+    aggregations = events[(events["client"] == -1) & (events["phase"] == "aggregate")]
+    assert aggregations["flops"].tolist() == [3 * 2 * 4 + 4] * 3
+    np.testing.assert_allclose(
+        aggregations["t_end"] - aggregations["t_start"],
+        aggregations["flops"] / SERVER.flops_per_s,
+        rtol=1e-4,
+    )
+
+
+@pytest.mark.parametrize(
+    "protocol",
+    [
+        FedAsyncSettings(rounds=6, concurrency=3),
+        FedBuffSettings(rounds=3, buffer_size=2, concurrency=3),
+        DeadlineSettings(rounds=3, deadline_s=3.0),
+    ],
+    ids=lambda p: p.kind,
+)
+def test_t_personal_never_exceeds_the_latest_completion_of_an_evaluated_state(protocol):
+    sim = delta_simulation(protocol, clients=3)
+    sim.run(PROTOCOLS.get(protocol.kind))
+    rounds, events = sim.recorder.rounds(), sim.recorder.events()
+
+    computed = events[events["phase"].str.startswith("compute") | (events["phase"] == "aggregate")]
+    for _, row in rounds.iterrows():
+        done = computed[computed["t_end"] <= row["t_end"] + 1e-12]["t_end"].max()
+        assert row["t_personal"] <= done + 1e-12
+    # and some state was still being computed when a round ended (the case being tested)
+    assert any(((computed["t_start"] < r) & (computed["t_end"] > r)).any() for r in rounds["t_end"])

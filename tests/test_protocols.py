@@ -20,7 +20,14 @@ PFL = BASE + ["algorithm.personal_steps=6"]
 def test_wait_free_epochs_matches_compute_and_wait_accuracy_and_is_faster(tiny, algorithm):
     caw = mecsim.run(tiny, PFL + [f"algorithm.name={algorithm}"], write=False)
     wf = mecsim.run(
-        tiny, PFL + [f"algorithm.name={algorithm}", "protocol.kind=wait_free"], write=False
+        tiny,
+        PFL
+        + [
+            f"algorithm.name={algorithm}",
+            "protocol.kind=wait_free",
+            "protocol.personal_budget=epochs",
+        ],
+        write=False,
     )
 
     for column in ("generic_acc", "personal_acc"):
@@ -154,18 +161,32 @@ def test_async_updates_respect_causality(tiny, kind):
     assert rounds["t_start"].iloc[0] == 0.0
 
 
-def test_fedasync_weight_follows_the_staleness_function(tiny):
+@pytest.mark.parametrize(
+    ("function", "keys", "expected"),
+    [
+        ("polynomial", ["protocol.polynomial_a=0.3"], lambda s: (s + 1) ** -0.3),
+        (
+            "hinge",
+            ["protocol.hinge_a=2", "protocol.hinge_b=1"],
+            lambda s: np.where(s <= 1, 1.0, 1.0 / (2 * (s - 1) + 1)),
+        ),
+    ],
+)
+def test_fedasync_weight_follows_the_staleness_function(tiny, function, keys, expected):
     overrides = BASE + [
         "algorithm.name=fedavg",
+        "clients.count=6",
+        "protocol.concurrency=5",
         "protocol.kind=fedasync",
-        "protocol.rounds=6",
-        "protocol.staleness=polynomial",
-        "protocol.staleness_a=0.5",
+        "protocol.rounds=8",
+        f"protocol.staleness={function}",
         "protocol.mixing=0.6",
+        *keys,
     ]
     rounds = mecsim.run(tiny, overrides, write=False).rounds
 
-    np.testing.assert_allclose(rounds["weight"], 0.6 * (rounds["staleness"] + 1) ** -0.5)
+    assert rounds["staleness"].max() > 1  # the hinge's bend is exercised
+    np.testing.assert_allclose(rounds["weight"], 0.6 * expected(rounds["staleness"].to_numpy()))
 
 
 @pytest.mark.parametrize("late", ["drop", "carry"])
@@ -206,7 +227,7 @@ def test_compare_cli_prints_speedups(tmp_path, tiny, capsys):
 
     assert main(["compare", "--scenario", str(path), "--out", str(tmp_path / "cmp")]) == 0
     out = capsys.readouterr().out
-    assert "ditto / wait_free/epochs" in out and "pm_speedup_0.2" in out
+    assert "ditto / wait_free/window" in out and "pm_speedup_0.2" in out
     table = pd.read_csv(tmp_path / "cmp" / "comparison" / "compare.csv")
     baseline = table[table["protocol"] == "compute_and_wait"]
     assert baseline["pm_speedup_0.2"].fillna(1.0).eq(1.0).all()
@@ -235,9 +256,14 @@ def test_a_key_of_another_protocol_names_the_protocol_it_belongs_to(tiny):
         ["protocol.kind=compute_and_wait"],
         ["protocol.kind=wait_free", "protocol.personal_budget=epochs"],
         ["protocol.kind=wait_free", "protocol.personal_budget=window"],
+        ["protocol.kind=wait_free", "protocol.personal_budget=window_uncapped"],
+        ["protocol.kind=deadline", "protocol.deadline_s=1000"],
+        ["protocol.kind=fedasync", "protocol.concurrency=2"],
+        ["protocol.kind=fedbuff", "protocol.concurrency=2", "protocol.buffer_size=2"],
     ],
+    ids=lambda p: "-".join(k.split("=")[1] for k in p[:2]),
 )
-def test_dittos_lambda_shapes_the_personal_model_under_every_budget(tiny, protocol):
+def test_dittos_lambda_shapes_the_personal_model_under_every_protocol(tiny, protocol):
     """A deferred (window) task sees the payload of its round, so lambda is never lost."""
 
     def personal(lam):
@@ -248,3 +274,73 @@ def test_dittos_lambda_shapes_the_personal_model_under_every_budget(tiny, protoc
 
     free, pulled = personal(0.0), personal(50.0)
     assert any(not torch.equal(free[k], pulled[k]) for k in free)
+
+
+def next_round_delays(events):
+    """Per (round, client), round >= 1: first compute start minus the end of that round's download."""
+    clients = events[events["client"] >= 0]
+    downloads = clients[clients["phase"] == "download"].set_index(["round", "client"])["t_end"]
+    computes = clients[clients["phase"] == "compute:generic"].set_index(["round", "client"])
+    delays = computes["t_start"] - downloads.reindex(computes.index)
+    return delays[delays.index.get_level_values("round") >= 1].to_numpy()
+
+
+def test_default_wait_free_budget_never_delays_the_next_round(tiny):
+    """Personal work long next to the window (fast, equal links; 40 personal steps): the default
+    budget cuts it at the next model's arrival; ``epochs`` runs it all and starts late."""
+    base = BASE + [
+        "algorithm.name=ditto",
+        "algorithm.personal_steps=40",
+        "protocol.kind=wait_free",
+        "clients.bandwidth_mhz=50",
+        "clients.distance_m=100",
+    ]
+    default = mecsim.run(tiny, base, write=False)
+    epochs = mecsim.run(tiny, base + ["protocol.personal_budget=epochs"], write=False)
+
+    assert default.scenario.protocol.personal_budget == "window"
+    np.testing.assert_allclose(next_round_delays(default.events), 0.0, atol=1e-12)
+    assert next_round_delays(epochs.events).max() > 0  # the setup does delay with fixed epochs
+    personal = default.events[default.events["phase"] == "compute:personal"]
+    assert (personal["flops"] > 0).all()  # and the window still trains the personal model
+
+
+def test_window_budget_is_capped_at_the_personal_tasks_epochs(tiny):
+    """Slow links, a long window: the default budget stops at E_p epochs of steps, the
+    uncapped window trains on."""
+    base = PFL + [
+        "algorithm.name=ditto",
+        "protocol.kind=wait_free",
+        "clients.bandwidth_mhz=0.2",
+    ]
+    capped = mecsim.run(tiny, base, write=False).events
+    uncapped = mecsim.run(
+        tiny, base + ["protocol.personal_budget=window_uncapped"], write=False
+    ).events
+    fixed = mecsim.run(tiny, base + ["protocol.personal_budget=epochs"], write=False).events
+
+    def personal_flops(e):
+        p = e[(e["phase"] == "compute:personal") & (e["round"] < e["round"].max())]
+        return p.set_index(["round", "client"])["flops"].sort_index()
+
+    # 6 personal steps (algorithm.personal_steps) per window, exactly the fixed budget's work
+    pd.testing.assert_series_equal(personal_flops(capped), personal_flops(fixed))
+    assert (personal_flops(uncapped) > personal_flops(capped)).all()
+
+
+def test_fedasync_proximal_term_pulls_toward_the_received_model_and_is_metered(tiny):
+    base = BASE + ["algorithm.name=fedavg", "protocol.kind=fedasync", "protocol.concurrency=2"]
+    plain = mecsim.run(tiny, base, write=False)
+    prox = mecsim.run(tiny, base + ["protocol.rho=5.0"], write=False)
+
+    assert plain.rounds["applied_client"].tolist() == prox.rounds["applied_client"].tolist()
+    assert not torch.equal(
+        plain.server_state["global"].params["classifier.2.weight"],
+        prox.server_state["global"].params["classifier.2.weight"],
+    )
+    # 5 FLOPs per anchored weight and step on top of the plain task
+    flops = [
+        r.events[r.events["phase"] == "compute:local"]["flops"].to_numpy() for r in (plain, prox)
+    ]
+    params = plain.clients["num_params"].iloc[0]
+    np.testing.assert_array_equal(flops[1] - flops[0], 5 * params * 4)

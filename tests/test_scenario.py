@@ -85,7 +85,13 @@ def test_algorithm_specific_keys_are_validated_by_the_algorithm():
         ({"protocol": {"clients_per_round": 50}}, "protocol.clients_per_round"),
         ({"protocol": {"kind": "deadline"}}, "protocol"),
         (
-            {"protocol": {"kind": "wait_free", "personal_budget": "window", "participation": 0.5}},
+            {
+                "protocol": {
+                    "kind": "wait_free",
+                    "personal_budget": "window_uncapped",
+                    "participation": 0.5,
+                }
+            },
             "protocol.max_personal_steps",
         ),
     ],

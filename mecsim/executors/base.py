@@ -20,11 +20,12 @@ import torch
 from torch import Tensor
 
 from mecsim.algorithms.base import Algorithm, ClientState, RoundContext, Task
+from mecsim.algorithms.losses import proximal
 from mecsim.cost import StepMeter
 from mecsim.models.catalog import ModelCatalog
 from mecsim.rng import torch_generator
 from mecsim.state import ModelState, Payload, TensorDict
-from mecsim.training import ModelFunction, Schedule, SplitData, TrainResult, infer
+from mecsim.training import Loss, ModelFunction, Schedule, SplitData, TrainResult, infer
 
 
 @dataclass
@@ -75,6 +76,12 @@ class TrainingContext:
     data: dict[str, tuple[Tensor, Tensor | None]]
     seed: int
     meter: StepMeter = field(default_factory=StepMeter)
+    proximal: float = 0.0
+    """rho of the protocol's proximal term on uploading tasks (FedAsync); 0 for none.
+
+    An uploading task then minimizes ``loss + rho/2 ||w - w_received||^2`` over
+    the trained parameters the payload holds (``ProtocolSettings.local_proximal``).
+    """
 
     @property
     def device(self) -> torch.device:
@@ -82,6 +89,47 @@ class TrainingContext:
 
     def arch_name(self, job: ClientJob) -> str:
         return self.models.of(job.client).name
+
+    def _anchored(self, task: Task) -> bool:
+        return self.proximal > 0 and task.uploads
+
+    def constants(
+        self,
+        task: Task,
+        state: ClientState,
+        start: ModelState,
+        payload: Payload | None,
+        rctx: RoundContext,
+    ) -> TensorDict:
+        """The task's constants: the algorithm's, plus the proximal anchor (received weights)."""
+        consts = self.algorithm.task_constants(task, state, payload, rctx)
+        if self._anchored(task) and payload:
+            anchor = {ANCHOR + k: payload[k] for k in start.params if k in payload}
+            consts = {**consts, **anchor}
+        return consts
+
+    def loss(self, task: Task) -> Loss:
+        """The task's loss: the algorithm's, plus the protocol's proximal term if any."""
+        base = self.algorithm.loss(task)
+        if not self._anchored(task):
+            return base
+        rho = self.proximal
+
+        def anchored_loss(forward, params, batch, consts):
+            anchor = {k[len(ANCHOR) :]: v for k, v in consts.items() if k.startswith(ANCHOR)}
+            own = {k: v for k, v in consts.items() if not k.startswith(ANCHOR)}
+            return base(forward, params, batch, own) + rho / 2 * proximal(params, anchor)
+
+        return anchored_loss
+
+    def extra_flops(self, task: Task, start: ModelState, consts: TensorDict, steps: int) -> int:
+        """Loss FLOPs no module meters: the algorithm's, plus 5 per anchored weight and step."""
+        anchored = sum(v.numel() for k, v in consts.items() if k.startswith(ANCHOR))
+        return self.algorithm.extra_flops(task, start, steps) + 5 * anchored * steps
+
+
+ANCHOR = "protocol-anchor/"
+"""Prefix of the proximal anchor's entries among a task's constants."""
 
 
 def split_tensors(
@@ -160,28 +208,22 @@ def run_tasks(
                 schedule = default if steps is None else dataclasses.replace(default, steps=steps)
                 groups.setdefault((ctx.arch_name(job), schedule), []).append(i)
         for (arch, schedule), members in groups.items():
+            starts = [
+                algorithm.begin_task(task, states[i], jobs[i].payload, contexts[i]) for i in members
+            ]
+            consts = [
+                ctx.constants(task, states[i], start, jobs[i].payload, contexts[i])
+                for i, start in zip(members, starts, strict=True)
+            ]
             batch = TaskBatch(
-                task,
-                schedule,
-                arch,
-                [jobs[i] for i in members],
-                [
-                    algorithm.begin_task(task, states[i], jobs[i].payload, contexts[i])
-                    for i in members
-                ],
-                [
-                    algorithm.task_constants(task, states[i], jobs[i].payload, contexts[i])
-                    for i in members
-                ],
-                ctx.seed,
-                ctx.data,
+                task, schedule, arch, [jobs[i] for i in members], starts, consts, ctx.seed, ctx.data
             )
             outcomes = infer_many(ctx, batch) if task.mode == "infer" else train_many(batch)
-            for i, start, outcome in zip(members, batch.starts, outcomes, strict=True):
+            for i, start, const, outcome in zip(members, starts, consts, outcomes, strict=True):
                 algorithm.end_task(task, states[i], outcome, contexts[i])
                 result = results[i]
-                result.task_flops[task.name] = outcome.flops + algorithm.extra_flops(
-                    task, start, outcome.steps
+                result.task_flops[task.name] = outcome.flops + ctx.extra_flops(
+                    task, start, const, outcome.steps
                 )
                 result.task_steps[task.name] = outcome.steps
                 if task.uploads:
@@ -219,7 +261,7 @@ def step_flops(
     return ctx.meter.step_flops(
         (arch, task),
         ctx.functions[arch],
-        ctx.algorithm.loss(task),
+        ctx.loss(task),
         start,
         consts,
         shapes,

@@ -145,7 +145,7 @@ def train_grouped(
         by_size[key].append(position)
     cap = max_clients or len(batch.jobs)
     groups = [m[i : i + cap] for m in by_size.values() for i in range(0, len(m), cap)]
-    loss = ctx.algorithm.loss(batch.task)
+    loss = ctx.loss(batch.task)
     results: list[TrainResult | None] = [None] * len(batch.jobs)
     for members in groups:
         trained = train_batched(

@@ -14,7 +14,7 @@ from mecsim.training import TrainResult, train
 def train_serially(ctx: TrainingContext, batch: TaskBatch) -> list[TrainResult]:
     """Train each job of ``batch`` in turn with the shared trainer."""
     function = ctx.functions[batch.arch]
-    loss = ctx.algorithm.loss(batch.task)
+    loss = ctx.loss(batch.task)
     results = []
     for position, (start, consts) in enumerate(zip(batch.starts, batch.consts, strict=True)):
         result = train(function, start, batch.splits(position), batch.schedule, loss, consts)

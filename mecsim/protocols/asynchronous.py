@@ -10,15 +10,21 @@ uniformly among idle clients from the selection stream) starts.
 
 * FedAsync (Xie et al. 2019): on each arrival, ``w <- (1 - a) w + a w_i`` with
   ``a = mixing * S(staleness)``, staleness = updates since version v, and
-  ``S`` constant (1), polynomial ``(s + 1)^-a``, or hinge (1 if s <= b else
-  ``1 / (a (s - b) + 1)``).
-* FedBuff (Nguyen et al. 2022): arrivals are buffered; every ``buffer_size``
-  arrivals the server averages them (weighted by samples) and moves the
-  global model toward that average with ``server_lr``.
+  ``S`` constant (1), polynomial ``(s + 1)^-polynomial_a``, or hinge (1 if
+  ``s <= hinge_b``, else ``1 / (hinge_a (s - hinge_b) + 1)``). With ``rho > 0``
+  the client's uploading task minimizes ``f(w) + rho/2 ||w - w_v||^2`` (the
+  paper's regularized local objective; see :class:`TrainingContext`).
+* FedBuff (Nguyen et al. 2022): each client uploads its model; the server
+  takes its *delta* ``d_i = w_i - w_v`` from the model it downloaded, buffers
+  it, and every ``buffer_size`` (K) arrivals applies
+  ``w <- w + server_lr * (1/K) sum_i (1 + s_i)^-staleness_exponent d_i`` to the
+  *current* model (s_i: updates since the client downloaded). The update is a
+  timed server computation of ``3 sum_i |d_i| + |w|`` FLOPs (subtract, scale,
+  accumulate per delta; one add to the model).
 
-Both mix through the algorithm's own ``aggregate`` with explicit weights, so
-they apply to algorithms whose upload is a full model (FedAvg, FedProx and
-the PFL+ algorithms).
+Both update the server through the algorithm's ``mix`` hook, so they apply to
+algorithms whose upload is a model the client downloaded and trained (FedAvg,
+FedProx and the PFL+ algorithms).
 """
 
 from __future__ import annotations
@@ -27,12 +33,16 @@ from dataclasses import dataclass
 from typing import Literal
 
 import simpy
+import torch
 from pydantic import Field
 
+from mecsim.algorithms.aggregate import payload_difference
 from mecsim.algorithms.base import SERVER, Upload
+from mecsim.errors import ConfigError
 from mecsim.protocols.registry import register_protocol, uploading_task_index
 from mecsim.protocols.settings import ProtocolSettings
 from mecsim.simulation import Process, Simulation
+from mecsim.state import Payload
 
 
 class AsyncSettings(ProtocolSettings):
@@ -44,32 +54,43 @@ class AsyncSettings(ProtocolSettings):
 
 
 class FedAsyncSettings(AsyncSettings):
-    """fedasync: mixing weight and staleness function (Xie et al. 2019)."""
+    """fedasync: mixing weight, staleness function and local proximal term (Xie et al. 2019)."""
 
     kind: Literal["fedasync"] = "fedasync"
     mixing: float = Field(default=0.6, gt=0, le=1, description="base mixing weight alpha")
     staleness: Literal["constant", "polynomial", "hinge"] = Field(
         default="polynomial", description="staleness function S(s)"
     )
-    staleness_a: float = Field(default=0.5, ge=0, description="polynomial exponent / hinge slope")
-    staleness_b: float = Field(default=4.0, ge=0, description="hinge: staleness at full weight")
+    polynomial_a: float = Field(default=0.5, ge=0, description="polynomial: S = (s + 1)^-a")
+    hinge_a: float = Field(default=10.0, ge=0, description="hinge: slope a past b")
+    hinge_b: float = Field(default=4.0, ge=0, description="hinge: staleness b at full weight")
+    rho: float = Field(
+        default=0.0, ge=0, description="local proximal term rho/2 ||w - w_v||^2 (0: none)"
+    )
+
+    @property
+    def local_proximal(self) -> float:
+        return self.rho
 
 
 class FedBuffSettings(AsyncSettings):
-    """fedbuff: buffer size K and server learning rate (Nguyen et al. 2022)."""
+    """fedbuff: buffer size K, server learning rate, staleness weight (Nguyen et al. 2022)."""
 
     kind: Literal["fedbuff"] = "fedbuff"
     buffer_size: int = Field(default=10, ge=1, description="arrivals per aggregation (K)")
-    server_lr: float = Field(default=1.0, gt=0, description="server learning rate")
+    server_lr: float = Field(default=1.0, gt=0, description="server learning rate eta_g")
+    staleness_exponent: float = Field(
+        default=0.5, ge=0, description="delta weight (1 + s)^-exponent (0.5: 1/sqrt(1 + s))"
+    )
 
 
 def staleness_weight(staleness: int, protocol: FedAsyncSettings) -> float:
     """S(s): FedAsync's staleness function (constant, polynomial or hinge)."""
-    a, b = protocol.staleness_a, protocol.staleness_b
     if protocol.staleness == "constant":
         return 1.0
     if protocol.staleness == "polynomial":
-        return (staleness + 1) ** -a
+        return (staleness + 1) ** -protocol.polynomial_a
+    a, b = protocol.hinge_a, protocol.hinge_b
     return 1.0 if staleness <= b else 1.0 / (a * (staleness - b) + 1.0)
 
 
@@ -78,6 +99,8 @@ class Arrival:
     """An upload that reached the server."""
 
     upload: Upload
+    sent: Payload | None
+    """What the client downloaded (model version ``version``)."""
     version: int
     arrived_at: float
     job: int
@@ -110,17 +133,45 @@ class _AsyncServer:
         result = sim.execute(job, {client: payload})[client]
         yield from sim.download(job, transfer)
         yield from sim.compute_tasks(job, result, sim.tasks(job))
-        sim.client_states[client] = result.state
+        sim.commit(client, result.state, sim.env.now)
         if result.upload is not None:
             yield from sim.upload(job, client, result.upload)
             upload = Upload(client, result.upload, sim.num_samples[client])
-            yield self.inbox.put(Arrival(upload, version, sim.env.now, job))
+            yield self.inbox.put(Arrival(upload, payload, version, sim.env.now, job))
         self.idle.add(client)
         self.start_next()
 
-    def mix(self, update: int, upload: Upload, weight: float) -> Process:
-        """``w <- (1 - weight) w + weight * upload`` through the algorithm's ``mix`` hook."""
-        yield from self.sim.mix(update, upload, weight)
+
+def buffered_update(
+    current: Payload, buffer: list[Arrival], version: int, p: FedBuffSettings
+) -> tuple[Payload, int]:
+    """FedBuff's new model and its FLOPs: ``w + server_lr/K sum_i (1 + s_i)^-e (w_i - w_v_i)``.
+
+    Sums run in float64 in job order, so the result does not depend on
+    arrival order within the buffer; integer buffers keep their current values.
+    """
+    total: dict[str, torch.Tensor] = {}
+    flops = 0
+    for arrival in sorted(buffer, key=lambda a: a.job):
+        sent = arrival.sent or {}
+        missing = [k for k in arrival.upload.payload if k not in sent]
+        if missing:
+            raise ConfigError(
+                "protocol.kind",
+                f"fedbuff applies deltas from the downloaded model, but the upload holds "
+                f"{missing[0]!r}, which the client never downloaded; use fedasync",
+            )
+        scale = p.server_lr * (1 + version - arrival.version) ** -p.staleness_exponent
+        scale /= len(buffer)
+        for key, delta in payload_difference(arrival.upload.payload, sent).items():
+            term = scale * delta.to(torch.float64)
+            total[key] = total[key] + term if key in total else term
+            flops += 3 * delta.numel()  # subtract, scale, accumulate
+    new = dict(current)
+    for key, step in total.items():
+        new[key] = (current[key].to(torch.float64) + step).to(current[key].dtype)
+        flops += current[key].numel()
+    return new, flops
 
 
 def _run(sim: Simulation, buffered: bool) -> Process:
@@ -139,11 +190,9 @@ def _run(sim: Simulation, buffered: bool) -> Process:
             buffer.append(arrival)
             if len(buffer) < p.buffer_size:
                 continue
-            uploads = sorted((a.upload for a in buffer), key=lambda u: u.client)
-            ctx = sim.context(update, SERVER)
-            average = sim.algorithm.aggregate(sim.server_state, uploads, ctx)
-            pseudo = Upload(SERVER, sim.algorithm.downlink(average, sim.context(update, None)), 0)
-            yield from server.mix(update, pseudo, p.server_lr)
+            current = sim.algorithm.downlink(sim.server_state, sim.context(update, None))
+            new, flops = buffered_update(current or {}, buffer, server.version, p)
+            yield from sim.mix(update, Upload(SERVER, new, 0), 1.0, flops=flops)
             extra = {
                 "buffered": len(buffer),
                 "max_staleness": max(server.version - a.version for a in buffer),
@@ -151,7 +200,7 @@ def _run(sim: Simulation, buffered: bool) -> Process:
             buffer = []
         else:
             weight = p.mixing * staleness_weight(staleness, p)
-            yield from server.mix(update, arrival.upload, weight)
+            yield from sim.mix(update, arrival.upload, weight)
             extra = {"weight": weight}
         server.version += 1
         sim.end_round(

@@ -28,3 +28,9 @@ class ProtocolSettings(Section):
         default="uniform", description="how clients are sampled: uniformly or by data size"
     )
     eval_every: int = Field(default=1, ge=1, description="evaluate every this many rounds")
+
+    @property
+    def local_proximal(self) -> float:
+        """rho of a proximal term ``rho/2 ||w - w_received||^2`` the protocol adds to the
+        uploading task's loss (FedAsync's regularized local objective); 0 for none."""
+        return 0.0

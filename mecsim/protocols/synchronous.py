@@ -4,18 +4,25 @@
   each selected client downloads, runs all of its tasks, uploads, then idles
   until the next broadcast; the server aggregates when the last selected
   upload has arrived.
-* ``wait_free`` (Chen et al. 2023, Sec. 3.4, Fig. 2b): a client uploads
+* ``wait_free`` (Chen et al. 2023, Sec. 3.5, Algorithm 1): a client uploads
   right after the task marked ``uploads`` (the generic model) and runs the
-  remaining tasks (the personalized model) during the communication
-  window. Budget ``epochs``: the personal task has its fixed schedule; if it
-  outlasts the window, the client starts the next round late. Budget
-  ``window``: the personal task trains until the next global model arrives;
-  its step count is ``floor(window / step time)``, capped by
-  ``max_personal_steps``, and it runs when the window closes (the window
-  length is known then). Partial participation (appendix F): with
+  remaining tasks (the personalized model) during the communication window,
+  "until the global generic model is received". ``personal_budget``:
+
+  - ``window`` (default): personalized training runs in the window and stops
+    when the next global model has arrived, capped at the task's own schedule
+    (E_p epochs of steps; ``max_personal_steps`` overrides the cap). It never
+    delays the next round.
+  - ``epochs``: the personal task runs its fixed schedule (E_p epochs); if it
+    outlasts the window, the client starts the next round late.
+  - ``window_uncapped``: like ``window`` with no cap but ``max_personal_steps``.
+
+  A window's step count is ``floor(window / step time)``; its tasks run when
+  the window closes (its length is known then) with the payload of the round
+  that opened it. Partial participation (appendix F): with
   ``broadcast_unselected`` every client receives each new global model;
   otherwise an unselected client's window stays open until it next receives
-  one, so set ``max_personal_steps`` to bound it.
+  one.
 * ``deadline``: the server aggregates what has arrived ``deadline_s`` after
   the round started; late uploads are dropped or carried into the next
   round's aggregation (``late``), and busy clients are not selected.
@@ -49,17 +56,28 @@ class WaitFreeSettings(ProtocolSettings):
     """wait_free: how long the personalized work of the communication window runs."""
 
     kind: Literal["wait_free"] = "wait_free"
-    personal_budget: Literal["epochs", "window"] = Field(
-        default="epochs",
-        description="a fixed E_p ('epochs') or train until the next model arrives ('window')",
+    personal_budget: Literal["window", "epochs", "window_uncapped"] = Field(
+        default="window",
+        description="'window': until the next model arrives, at most E_p epochs; "
+        "'epochs': exactly E_p epochs, may delay the next round; "
+        "'window_uncapped': until the next model arrives",
     )
     max_personal_steps: int | None = Field(
-        default=None, ge=1, description="cap on personalized steps in one window"
+        default=None, ge=1, description="window budgets: cap on personalized steps in one window"
     )
     broadcast_unselected: bool = Field(
         default=False,
         description="partial participation: send every new global model to all clients",
     )
+
+    @model_validator(mode="after")
+    def _cap_needs_a_window(self) -> WaitFreeSettings:
+        if self.personal_budget == "epochs" and self.max_personal_steps is not None:
+            raise ValueError(
+                "max_personal_steps caps a window budget; with personal_budget = 'epochs' "
+                "set the personal task's epochs or steps instead"
+            )
+        return self
 
 
 class DeadlineSettings(ProtocolSettings):
@@ -95,8 +113,8 @@ def _caw_client(
     """Download, every task in order, then upload."""
     yield from sim.download(round_, transfer)
     yield from sim.compute_tasks(round_, result, sim.tasks(round_))
+    sim.commit(result.client, result.state, sim.env.now)
     yield from _upload(sim, round_, result, arrived)
-    sim.client_states[result.client] = result.state
 
 
 def _aggregate(sim: Simulation, round_: int, arrived: list[Upload]) -> Process:
@@ -157,9 +175,19 @@ def _split_tasks(sim: Simulation, round_: int) -> tuple[tuple[Task, ...], tuple[
     return tasks[:cut], tasks[cut:]
 
 
+def _step_cap(sim: Simulation, client: int, task: Task) -> int | None:
+    """Most steps ``task`` may take in one window: ``max_personal_steps``, else (budget
+    ``window``) the task's own schedule, E_p epochs of the client's data."""
+    p = sim.protocol
+    if p.max_personal_steps is not None:
+        return p.max_personal_steps
+    if p.personal_budget == "window_uncapped":
+        return None
+    return sim.algorithm.schedule(task).num_steps(len(sim.indices[client][task.split]))
+
+
 def _close_windows(sim: Simulation, windows: _Windows, closes: dict[int, float]) -> None:
-    """Run the personalized work of windows that close at the given times (budget ``window``)."""
-    cap = sim.protocol.max_personal_steps
+    """Run the personalized work of windows that close at the given times (window budgets)."""
     steps: dict[int, dict[str, int]] = {}
     for client, end in closes.items():
         if client not in windows.open:
@@ -171,6 +199,7 @@ def _close_windows(sim: Simulation, windows: _Windows, closes: dict[int, float])
         for task in late:
             seconds = sim.step_seconds(client, window.round, task, window.payload)
             n = int(remaining // seconds)
+            cap = _step_cap(sim, client, task)
             n = min(n, cap) if cap is not None else n
             per_task[task.name] = n
             remaining -= n * seconds
@@ -191,7 +220,7 @@ def _close_windows(sim: Simulation, windows: _Windows, closes: dict[int, float])
                     start = sim.record_compute(
                         round_, client, task, result.task_flops[task.name], start
                     )
-            sim.client_states[client] = result.state
+            sim.commit(client, result.state, start)
     for client in steps:
         del windows.open[client]
 
@@ -212,11 +241,14 @@ def _wf_client(
     client = result.client
     yield from sim.download(round_, transfer)
     yield from sim.compute_tasks(round_, result, early)
+    ready = sim.env.now
     if windows is not None:
-        windows.open[client] = _Window(round_, sim.env.now, payload)
-    else:
+        windows.open[client] = _Window(round_, ready, payload)
+    else:  # the personal tasks start now and run back to back
         personal.append(sim.env.process(sim.compute_tasks(round_, result, late)))
-    sim.client_states[client] = result.state
+        flops = [result.task_flops[t.name] for t in late if t.name in result.task_flops]
+        ready += sum(sim.compute_seconds(client, f) for f in flops)
+    sim.commit(client, result.state, ready)
     yield from _upload(sim, round_, result, arrived)
 
 
@@ -228,7 +260,7 @@ def _wf_client(
 def wait_free(sim: Simulation) -> Process:
     """Server process of wait-free rounds (see the module docstring)."""
     env, p = sim.env, sim.protocol
-    windows = _Windows() if p.personal_budget == "window" else None
+    windows = _Windows() if p.personal_budget != "epochs" else None
     personal: list[simpy.Process] = []
     everyone = range(len(sim.clients))
     for round_ in range(p.rounds):
@@ -279,9 +311,9 @@ def _receive(
     """An unselected client receives the broadcast and (window budget) opens a new window."""
     yield from sim.download(round_, transfer)
     if payload is not None:
-        sim.algorithm.receive(
-            sim.client_states[transfer.client], payload, sim.context(round_, transfer.client)
-        )
+        state = sim.client_states[transfer.client]
+        sim.algorithm.receive(state, payload, sim.context(round_, transfer.client))
+        sim.commit(transfer.client, state, sim.env.now)
         if windows is not None:
             windows.open[transfer.client] = _Window(round_, sim.env.now, payload)
 
