@@ -13,8 +13,9 @@ flattened vector of all trainable parameters, |FFT| normalized to sum 1).
 
 The target spectrum of each term is a constant of the task, computed once
 in :meth:`task_constants`; the trainable model's spectrum is recomputed every
-step with gradients. Defaults: tau 0.4, lambda_g 0.05, lambda_p 0.01 (the
-best values of Tables 6-8 on CIFAR-10).
+step with gradients. Defaults are the paper's (appendix B and Tables 6-8 on
+CIFAR-10): SGD with lr 0.01 (eta_G = eta_p), momentum 0.5, batch 10; tau 0.4,
+lambda_g 0.05, lambda_p 0.01.
 """
 
 from __future__ import annotations
@@ -31,6 +32,9 @@ from mecsim.training import Loss
 
 
 class SCDSettings(PFLPlusSettings):
+    batch_size: int = Field(default=10, ge=1, description="appendix B: batch 10 (CIFAR-10/100)")
+    lr: float = Field(default=0.01, gt=0, description="appendix B: eta_G = eta_p = 0.01")
+    momentum: float = Field(default=0.5, ge=0, lt=1, description="appendix B: SGD momentum 0.5")
     tau: float = Field(default=0.4, gt=0, le=1, description="truncation ratio of eq. (5)")
     lambda_g: float = Field(default=0.05, ge=0, description="weight of the generic term, eq. (5)")
     lambda_p: float = Field(default=0.01, ge=0, description="weight of the personal term, eq. (4)")

@@ -34,6 +34,8 @@ def render_report(name: str, summary: dict[str, Any]) -> str:
         f"- final personalized accuracy: {_fmt_acc(summary['final_personal_acc'])}"
         f" (best {_fmt_acc(summary['best_personal_acc'])}, per-client std"
         f" {_fmt_acc(summary['final_personal_acc_std'])})",
+        f"- data: {summary.get('partition_redraws', 0)} partition redraw(s);"
+        f" {summary.get('clients_without_local_test', 0)} client(s) without a local test set",
         "",
         "## Mean time per round",
         "",

@@ -3,11 +3,14 @@
 Evaluation costs wall time but no simulated time. The personalized accuracy
 is the average of per-client local-test accuracies weighted by client
 training-sample counts (spectral co-distillation, appendix B); the standard
-deviation of per-client accuracies is kept as a fairness metric.
+deviation of per-client accuracies is kept as a fairness metric. A client
+with an empty local test set has no accuracy (NaN in its row) and is left out
+of both, with one logged warning when the evaluator is built.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -18,6 +21,8 @@ from torch import Tensor
 from mecsim.algorithms.base import Algorithm, ClientState, ServerState
 from mecsim.models.catalog import ModelCatalog
 from mecsim.training import predict
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -49,6 +54,14 @@ class Evaluator:
         self.x_test, self.y_test = x_test, y_test
         self.local_test = list(local_test)
         self.weights = np.asarray(weights, dtype=float)
+        empty = [c for c, t in enumerate(self.local_test) if len(t) == 0]
+        if empty:
+            log.warning(
+                "%d client(s) have an empty local test set and are left out of the "
+                "personalized accuracy: %s (raise data.local_test_fraction or use fewer clients)",
+                len(empty),
+                empty[:10],
+            )
 
     def evaluate(
         self,
@@ -82,10 +95,11 @@ class Evaluator:
                 predictions = predict(module, personal, self.x_test[indices])
             accuracies.append(self._accuracy(predictions, self.y_test[indices]))
         acc = np.asarray(accuracies)
-        if np.isnan(acc).all():
+        scored = ~np.isnan(acc)  # clients without a personal model or a local test set
+        if not scored.any():
             return Evaluation(generic_acc, math.nan, math.nan, tuple(accuracies))
-        personal_acc = float(np.average(acc, weights=self.weights))
-        return Evaluation(generic_acc, personal_acc, float(acc.std()), tuple(accuracies))
+        personal_acc = float(np.average(acc[scored], weights=self.weights[scored]))
+        return Evaluation(generic_acc, personal_acc, float(acc[scored].std()), tuple(accuracies))
 
     @staticmethod
     def _accuracy(predictions: Tensor, labels: Tensor) -> float:

@@ -109,6 +109,8 @@ class FederatedData:
     test: list[torch.Tensor]
     x_public: torch.Tensor
     y_public: torch.Tensor
+    partition_redraws: int = 0
+    """Partition draws rejected before every client had ``data.min_samples`` (Dirichlet)."""
 
     def client_indices(self, client: int) -> dict[str, torch.Tensor]:
         """Client ``client``'s indices per split (``public`` indexes the shared public split)."""
@@ -156,6 +158,7 @@ def build_data(sc: Scenario, device: torch.device) -> FederatedData:
         [c.test.to(device) for c in clients],
         x_public.to(device),
         y_public.to(device),
+        clients.redraws,
     )
 
 
@@ -394,6 +397,8 @@ def run(
         "name": sc.name,
         "seed": sc.seed,
         "algorithm": sc.algorithm.name,
+        "partition_redraws": data.partition_redraws,
+        "clients_without_local_test": 0 if cost_only else sum(len(t) == 0 for t in data.test),
         **summarize(events, rounds),
     }
     result = RunResult(

@@ -71,3 +71,13 @@ def test_scd_spectral_terms_change_both_models(tiny):
     )  # same metered work either way
     ditto = mecsim.run(tiny, STEPS + ["algorithm.name=ditto"], write=False)
     assert coupled.events["flops"].sum() > ditto.events["flops"].sum()
+
+
+def test_scd_defaults_are_the_papers():
+    """Chen et al. 2023, appendix B and Tables 6-8."""
+    from mecsim.algorithms.scd import SCDSettings
+
+    s = SCDSettings(name="scd")
+    assert (s.lr, s.momentum, s.batch_size) == (0.01, 0.5, 10)
+    assert (s.tau, s.lambda_g, s.lambda_p) == (0.4, 0.05, 0.01)
+    assert s.personal_lr is None  # eta_p = eta_G

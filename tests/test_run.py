@@ -235,3 +235,36 @@ def test_interference_in_dbm_lowers_the_rate(tiny):
 
     rate = lambda e: e[e["phase"] == "upload"]["rate_bps"].to_numpy()  # noqa: E731
     assert (rate(noisy) < rate(clean)).all()
+
+
+def test_clients_without_a_local_test_set_are_left_out_with_a_warning(tiny, caplog):
+    """200 one-sample requests, ties to the lowest class: only 36 clients get a test sample."""
+    overrides = [
+        "clients.count=200",
+        "data.partition=iid",
+        "data.local_test_fraction=0.1",
+        "algorithm.name=local",
+        "algorithm.steps=1",
+        "protocol.rounds=1",
+    ]
+    with caplog.at_level("WARNING", logger="mecsim"):
+        result = mecsim.run(tiny, overrides, write=False)
+
+    empty = result.clients["num_test"] == 0
+    assert 0 < empty.sum() < 200
+    assert result.summary["clients_without_local_test"] == empty.sum()
+    assert "empty local test set" in caplog.text
+    acc = result.clients["final_personal_acc"]
+    assert acc[empty].isna().all() and acc[~empty].notna().all()
+    weights = result.clients["num_train"][~empty]
+    expected = (acc[~empty] * weights).sum() / weights.sum()
+    assert result.rounds["personal_acc"].iloc[-1] == pytest.approx(expected)
+
+
+def test_summary_reports_dirichlet_redraws(tiny):
+    overrides = ["clients.count=20", "data.alpha=0.1", "data.min_samples=10", "protocol.rounds=1"]
+    overrides += ["execution.cost_only=true"]
+    strict = mecsim.run(tiny, overrides, write=False).summary["partition_redraws"]
+    loose = mecsim.run(tiny, overrides[:2] + ["protocol.rounds=1"], write=False)
+
+    assert strict > 0 and loose.summary["partition_redraws"] == 0

@@ -1,9 +1,10 @@
 """Per-client data: index tensors into a ``Dataset`` (train, validation, local test).
 
 Random streams (all from the scenario seed): ``("partition",)`` for the
-partition, ``("quantity",)`` for quantity-skew weights and
-``("local-split", client)`` for a client's validation and local test draws, so
-one client's splits do not depend on another's.
+partition, ``("quantity",)`` for quantity-skew weights,
+``("local-split", client)`` for a client's validation split (one client's
+does not depend on another's) and ``("local-test",)`` for the local test sets,
+which are drawn together because they must not overlap.
 """
 
 from __future__ import annotations
@@ -39,6 +40,12 @@ class ClientData:
         return len(self.train)
 
 
+class ClientSplits(list):
+    """Every client's :class:`ClientData`, and how many partition draws were rejected."""
+
+    redraws: int = 0
+
+
 def build_client_data(
     dataset: Dataset,
     *,
@@ -52,7 +59,7 @@ def build_client_data(
     min_samples: int = 2,
     val_fraction: float = 0.0,
     local_test_fraction: float = 0.25,
-) -> list[ClientData]:
+) -> ClientSplits:
     """Partition ``dataset`` across clients and give each a validation and local test split.
 
     Args:
@@ -69,13 +76,16 @@ def build_client_data(
         local_test_fraction: local test size as a share of the client's training size.
 
     The local test set follows Chen et al. 2023 (App. B): its label distribution
-    is the client's training distribution. It has ``round(local_test_fraction *
-    n_train)`` samples (at least 1), apportioned to classes by the training label
-    counts and drawn from the global test set of each class without replacement
-    (topped up with replacement only where a class's test pool is too small;
-    classes absent from the test set are skipped). Different clients' local test
-    sets may overlap. With the ``natural`` partition of a dataset that has a
-    ``natural_test_partition`` (``synthetic``), each client's own test samples are used.
+    is the client's training distribution, and it is drawn without replacement
+    from the global test set, with no sample in two clients' sets. A client asks
+    for ``round(local_test_fraction * n_train)`` samples (at least 1),
+    apportioned to classes by its training label counts; where the clients ask
+    for more of a class than the test set holds, every request for that class
+    shrinks in proportion (classes absent from the test set are skipped), so a
+    client's local test set may be smaller than asked, or empty (it is then left
+    out of the personalized accuracy). With the ``natural`` partition of a
+    dataset that has a ``natural_test_partition`` (``synthetic``), each client's
+    own test samples are used.
     """
     if quantity_skew == "none":
         weights = None
@@ -105,46 +115,62 @@ def build_client_data(
     )
     natural_test = dataset.natural_test_partition if partition == "natural" else None
     y_train = dataset.y_train.cpu().numpy()
-    y_test = dataset.y_test.cpu().numpy()
-    test_pool = {c: np.flatnonzero(y_test == c) for c in np.unique(y_test)}
 
-    clients = []
+    trains, vals = [], []
     for client, indices in enumerate(parts):
         rng = numpy_rng(seed, "local-split", client)
         shuffled = rng.permutation(indices)
         n_val = min(int(round(val_fraction * len(shuffled))), len(shuffled) - 1)
-        val, train = np.sort(shuffled[:n_val]), np.sort(shuffled[n_val:])
-        if natural_test is not None:
-            test = np.asarray(natural_test[client])
-        else:
-            size = max(1, int(round(local_test_fraction * len(train))))
-            test = _matching_test(y_train[train], test_pool, size, rng)
-        clients.append(
-            ClientData(*(torch.as_tensor(a, dtype=torch.int64) for a in (train, val, test)))
+        vals.append(np.sort(shuffled[:n_val]))
+        trains.append(np.sort(shuffled[n_val:]))
+    if natural_test is not None:
+        tests = [np.asarray(natural_test[c]) for c in range(num_clients)]
+    else:
+        tests = draw_local_tests(
+            [y_train[t] for t in trains],
+            dataset.y_test.cpu().numpy(),
+            local_test_fraction,
+            numpy_rng(seed, "local-test"),
         )
+    clients = ClientSplits(
+        ClientData(*(torch.as_tensor(a, dtype=torch.int64) for a in split))
+        for split in zip(trains, vals, tests, strict=True)
+    )
+    clients.redraws = parts.redraws
     return clients
 
 
-def _matching_test(
-    train_labels: np.ndarray,
-    test_pool: dict[int, np.ndarray],
-    size: int,
+def draw_local_tests(
+    train_labels: list[np.ndarray],
+    y_test: np.ndarray,
+    fraction: float,
     rng: np.random.Generator,
-) -> np.ndarray:
-    """``size`` test indices whose label counts are proportional to ``train_labels``'."""
-    labels, counts = np.unique(train_labels, return_counts=True)
-    kept = [i for i, c in enumerate(labels) if c in test_pool]
-    if not kept:
-        return np.zeros(0, dtype=np.int64)
-    quotas = proportional_counts(size, counts[kept])
-    drawn = []
-    for label, quota in zip(labels[kept], quotas, strict=True):
-        pool = test_pool[label]
-        if quota <= len(pool):
-            drawn.append(rng.choice(pool, quota, replace=False))
-        else:
-            drawn.append(np.concatenate([pool, rng.choice(pool, quota - len(pool))]))
-    return np.sort(np.concatenate(drawn))
+) -> list[np.ndarray]:
+    """Disjoint local test sets whose label counts follow each client's training labels.
+
+    Client i asks for ``max(1, round(fraction * len(train_labels[i])))``
+    samples, apportioned to its classes (largest remainder); each class's test
+    pool is shuffled once and cut into consecutive pieces, one per client, with
+    requests scaled down to the pool where they exceed it.
+    """
+    classes = np.unique(y_test)
+    asked = np.zeros((len(train_labels), len(classes)), dtype=np.int64)
+    for i, labels in enumerate(train_labels):
+        held = np.isin(classes, labels)
+        if not held.any():
+            continue
+        counts = np.array([(labels == c).sum() for c in classes[held]])
+        size = max(1, int(round(fraction * len(labels))))
+        asked[i, held] = proportional_counts(size, counts)
+    drawn: list[list[np.ndarray]] = [[] for _ in train_labels]
+    for j, label in enumerate(classes):
+        pool = rng.permutation(np.flatnonzero(y_test == label))
+        wanted = asked[:, j]
+        if wanted.sum() > len(pool):
+            wanted = proportional_counts(len(pool), wanted)
+        for i, piece in enumerate(np.split(pool[: wanted.sum()], np.cumsum(wanted)[:-1])):
+            drawn[i].append(piece)
+    return [np.sort(np.concatenate(d)).astype(np.int64) for d in drawn]
 
 
 def hold_out_public(

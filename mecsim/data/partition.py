@@ -2,12 +2,13 @@
 
 A partition function has the signature::
 
-    fn(labels, num_clients, rng, *, weights=None, **options) -> list[np.ndarray]
+    fn(labels, num_clients, rng, *, weights=None, **options) -> Parts
 
 ``labels`` are the training labels, ``rng`` is the ``"partition"`` stream and
 ``weights`` (optional, summing to 1) skew client sizes (quantity skew, see
 ``lognormal_weights``). It returns each client's sorted int64 indices into the
-training set; clients never share a sample. Options a partition does not use
+training set as :class:`Parts` (a list that also says how often a random draw
+was repeated); clients never share a sample. Options a partition does not use
 are ignored (``alpha``, ``classes_per_client``, ``min_samples``,
 ``natural_partition``).
 """
@@ -21,7 +22,14 @@ import numpy as np
 from mecsim.errors import ConfigError
 from mecsim.registry import Registry
 
-Partition = Callable[..., list[np.ndarray]]
+
+class Parts(list):
+    """Each client's training indices, and how many rejected draws preceded them."""
+
+    redraws: int = 0
+
+
+Partition = Callable[..., Parts]
 
 PARTITIONS: Registry[Partition] = Registry("partition", "data.partition")
 
@@ -71,10 +79,10 @@ def _split(indices: np.ndarray, counts: np.ndarray) -> list[np.ndarray]:
     return np.split(indices, np.cumsum(counts)[:-1])
 
 
-def _collect(chunks: list[list[np.ndarray]]) -> list[np.ndarray]:
-    return [
+def _collect(chunks: list[list[np.ndarray]]) -> Parts:
+    return Parts(
         np.sort(np.concatenate(c)).astype(np.int64) if c else np.zeros(0, np.int64) for c in chunks
-    ]
+    )
 
 
 @PARTITIONS.register("iid", "shuffled, split equally (or by quantity-skew weights)")
@@ -86,7 +94,7 @@ def iid(
     weights: np.ndarray | None = None,
     min_samples: int = 2,
     **_options: object,
-) -> list[np.ndarray]:
+) -> Parts:
     """Shuffle all samples and split them equally, or proportionally to ``weights``."""
     counts = split_counts(len(labels), num_clients, weights, min_samples)
     return _collect([[part] for part in _split(rng.permutation(len(labels)), counts)])
@@ -102,7 +110,7 @@ def dirichlet(
     alpha: float = 0.5,
     min_samples: int = 2,
     **_options: object,
-) -> list[np.ndarray]:
+) -> Parts:
     """Symmetric Dirichlet label skew (spectral co-distillation, Chen et al. 2023, App. B).
 
     For each class j draw ``d_j ~ Dir(alpha * 1_N)`` and give client i the share
@@ -110,11 +118,11 @@ def dirichlet(
     client. Small ``alpha``: few classes per client; ``alpha -> inf``: uniform.
     With ``weights``, client i's share of every class is scaled by ``weights[i]``.
     The draw is repeated (same stream, up to 100 times) until every client has at
-    least ``min_samples`` samples.
+    least ``min_samples`` samples; ``Parts.redraws`` counts the rejected draws.
     """
     split_counts(len(labels), num_clients, None, min_samples)  # enough samples at all?
     by_class = [np.flatnonzero(labels == c) for c in np.unique(labels)]
-    for _ in range(MAX_DIRICHLET_TRIES):
+    for attempt in range(MAX_DIRICHLET_TRIES):
         chunks: list[list[np.ndarray]] = [[] for _ in range(num_clients)]
         for idx in by_class:
             share = rng.dirichlet(np.full(num_clients, alpha))
@@ -125,6 +133,7 @@ def dirichlet(
                 chunks[client].append(part)
         parts = _collect(chunks)
         if min(len(p) for p in parts) >= min_samples:
+            parts.redraws = attempt
             return parts
     raise ConfigError(
         "data.alpha",
@@ -144,7 +153,7 @@ def classes(
     classes_per_client: int = 2,
     min_samples: int = 2,
     **_options: object,
-) -> list[np.ndarray]:
+) -> Parts:
     """Each client holds ``k`` distinct classes (PersFL, Hossain et al., DS-1 / DS-3).
 
     Client i holds classes ``(offset + i*k + j) mod C`` for ``j < k`` with a random
@@ -185,7 +194,7 @@ def natural(
     *,
     natural_partition: list[np.ndarray] | None = None,
     **_options: object,
-) -> list[np.ndarray]:
+) -> Parts:
     """The dataset's natural partition (``Dataset.natural_partition``); weights are ignored."""
     if natural_partition is None:
         raise ConfigError(
@@ -197,4 +206,4 @@ def natural(
             "clients.count",
             f"the natural partition has {len(natural_partition)} clients, not {num_clients}",
         )
-    return [np.sort(np.asarray(p, dtype=np.int64)) for p in natural_partition]
+    return Parts(np.sort(np.asarray(p, dtype=np.int64)) for p in natural_partition)

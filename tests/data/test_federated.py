@@ -35,14 +35,14 @@ def test_splits_are_index_tensors_covering_the_train_set(digits):
 def test_local_test_matches_train_label_distribution(digits):
     # Execute
     clients = build_client_data(
-        digits, partition="dirichlet", num_clients=4, seed=3, alpha=0.3, local_test_fraction=0.5
+        digits, partition="dirichlet", num_clients=4, seed=3, alpha=0.3, local_test_fraction=0.15
     )
 
-    # Assert
+    # Assert: the test pool (about 36 per class) covers every request, so sizes are as asked
     for c, train, test in zip(
         clients, _labels(digits, clients, "train"), _labels(digits, clients, "test"), strict=True
     ):
-        assert len(c.test) == max(1, round(0.5 * c.num_train))
+        assert len(c.test) == max(1, round(0.15 * c.num_train))
         assert set(test.tolist()) <= set(train.tolist())
         if c.num_train >= 200:
             p_train = torch.bincount(train, minlength=10) / len(train)
@@ -51,16 +51,37 @@ def test_local_test_matches_train_label_distribution(digits):
 
 
 def test_local_test_has_no_repeats_when_the_pool_suffices(digits):
-    # Execute: about 36 test images per class, quotas of about 4 per class
-    clients = build_client_data(digits, partition="iid", num_clients=10, seed=0)
+    # Execute: about 36 test images per class, quotas of about 3 per class
+    clients = build_client_data(
+        digits, partition="iid", num_clients=10, seed=0, local_test_fraction=0.2
+    )
 
     # Assert
     for c in clients:
-        assert len(c.test) == round(0.25 * c.num_train)
+        assert len(c.test) == round(0.2 * c.num_train)
         assert len(c.test.unique()) == len(c.test)
 
 
-def test_small_test_pool_draws_with_replacement(digits):
+def test_local_tests_are_disjoint_and_shrink_to_the_test_pool(digits):
+    # Execute: clients ask for half their training size, far more than the pool holds
+    clients = build_client_data(
+        digits, partition="dirichlet", num_clients=8, seed=0, alpha=0.5, local_test_fraction=0.5
+    )
+
+    # Assert
+    tests = [set(c.test.tolist()) for c in clients]
+    assert sum(len(t) for t in tests) == len(set().union(*tests))  # no sample in two sets
+    for c, t in zip(clients, tests, strict=True):
+        assert len(t) == len(c.test)  # no repeats within a set either
+        assert 0 < len(t) <= max(1, round(0.5 * c.num_train))
+    drawn = torch.cat([digits.y_test[c.test] for c in clients])
+    asked = torch.cat([digits.y_train[c.train] for c in clients])
+    for label in range(10):  # a class's pool is used up only where clients asked for more of it
+        if 0.5 * (asked == label).sum() > (digits.y_test == label).sum() + 8:
+            assert (drawn == label).sum() == (digits.y_test == label).sum()
+
+
+def test_one_class_per_client_gets_that_class_pool(digits):
     # Execute: local test twice the train size, one class per client (~36 test images per class)
     clients = build_client_data(
         digits,
@@ -73,9 +94,8 @@ def test_small_test_pool_draws_with_replacement(digits):
 
     # Assert
     for c, test in zip(clients, _labels(digits, clients, "test"), strict=True):
-        assert len(c.test) == 2 * c.num_train
         assert len(test.unique()) == 1
-        assert len(c.test.unique()) == (digits.y_test == test[0]).sum()
+        assert len(c.test.unique()) == len(c.test) == (digits.y_test == test[0]).sum()
 
 
 def test_synthetic_natural_uses_own_test_samples():

@@ -83,6 +83,19 @@ def test_dirichlet_small_alpha_is_more_skewed():
     assert entropies[100.0] > np.log(10) - 0.05
 
 
+def test_dirichlet_counts_the_draws_it_rejected():
+    def draw(min_samples):
+        return PARTITIONS.get("dirichlet")(
+            LABELS, 20, numpy_rng(0, "partition"), alpha=0.1, min_samples=min_samples
+        )
+
+    first, strict = draw(2), draw(10)
+
+    assert first.redraws == 0  # the first draw already gives every client 2 samples
+    assert min(len(p) for p in first) < 10  # but not 10: the strict draw had to repeat
+    assert strict.redraws > 0 and min(len(p) for p in strict) >= 10
+
+
 def test_dirichlet_raises_when_clients_cannot_be_filled():
     with pytest.raises(ConfigError, match="larger alpha") as error:
         PARTITIONS.get("dirichlet")(LABELS, 400, numpy_rng(0, "partition"), alpha=0.01)
