@@ -35,6 +35,9 @@ def test_wait_free_epochs_matches_compute_and_wait_accuracy_and_is_faster(tiny, 
     window = caw.events[caw.events["phase"].isin(["upload", "download"])]
     assert (window["t_end"] > window["t_start"]).any()  # a non-zero communication window
     assert wf.rounds["t_personal"].iloc[-1] < caw.rounds["t_personal"].iloc[-1]
+    # the last round ends with its aggregation; personal work after it shows in t_personal
+    last_aggregate = wf.events[wf.events["phase"] == "aggregate"]["t_end"].max()
+    assert wf.rounds["t_end"].iloc[-1] == last_aggregate
     assert wf.summary["time_split_s"] == pytest.approx(caw.summary["time_split_s"])
 
 
@@ -326,6 +329,20 @@ def test_window_budget_is_capped_at_the_personal_tasks_epochs(tiny):
     # 6 personal steps (algorithm.personal_steps) per window, exactly the fixed budget's work
     pd.testing.assert_series_equal(personal_flops(capped), personal_flops(fixed))
     assert (personal_flops(uncapped) > personal_flops(capped)).all()
+
+
+def test_window_budget_evaluates_a_round_once_its_window_has_closed(tiny):
+    """Long windows (slow links): each window fits the personal task's E_p, so the window
+    budget trains the same personalized models as compute-and-wait, round for round; the
+    row's personalized accuracy includes its window's training, which ended before the
+    aggregation did (so t_personal is t_end)."""
+    base = PFL + ["algorithm.name=ditto", "clients.bandwidth_mhz=0.2"]
+    caw = mecsim.run(tiny, base, write=False).rounds
+    wf = mecsim.run(tiny, base + ["protocol.kind=wait_free"], write=False).rounds
+
+    assert wf["personal_acc"].tolist()[:-1] == caw["personal_acc"].tolist()[:-1]
+    assert wf["t_personal"].tolist() == wf["t_end"].tolist()
+    assert (wf["t_end"] < caw["t_end"]).all()
 
 
 def test_fedasync_proximal_term_pulls_toward_the_received_model_and_is_metered(tiny):

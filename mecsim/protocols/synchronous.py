@@ -19,7 +19,8 @@
 
   A window's step count is ``floor(window / step time)``; its tasks run when
   the window closes (its length is known then) with the payload of the round
-  that opened it. Partial participation (appendix F): with
+  that opened it, and the round is evaluated then, so its personalized
+  accuracy includes the window's training (``t_personal``: when it ended). Partial participation (appendix F): with
   ``broadcast_unselected`` every client receives each new global model;
   otherwise an unselected client's window stays open until it next receives
   one.
@@ -263,6 +264,7 @@ def wait_free(sim: Simulation) -> Process:
     windows = _Windows() if p.personal_budget != "epochs" else None
     personal: list[simpy.Process] = []
     everyone = range(len(sim.clients))
+    pending: tuple[int, float, list[int]] | None = None
     for round_ in range(p.rounds):
         round_start = env.now
         early, late = _split_tasks(sim, round_)
@@ -274,6 +276,9 @@ def wait_free(sim: Simulation) -> Process:
             _close_windows(
                 sim, windows, {c: round_start + transfers[c].duration_s for c in receivers}
             )
+        if pending is not None:  # no simulated time has passed since that round's aggregation
+            sim.end_round(*pending)
+            pending = None
         results = sim.execute(round_, {c: payloads[c] for c in selected}, tasks=early_names)
         arrived: list[Upload] = []
         clients = [
@@ -297,12 +302,14 @@ def wait_free(sim: Simulation) -> Process:
             clients.append(env.process(_receive(sim, round_, transfers[c], payloads[c], windows)))
         yield env.all_of(clients)
         yield from _aggregate(sim, round_, arrived)
-        if round_ == p.rounds - 1:
-            if windows is not None:  # the last windows close when the run ends
-                _close_windows(sim, windows, dict.fromkeys(list(windows.open), env.now))
-            else:
-                yield env.all_of(personal)  # let the last personalized tasks finish
-        sim.end_round(round_, round_start, selected, t_round_end=env.now)
+        if windows is None:
+            sim.end_round(round_, round_start, selected)
+        else:  # evaluate once the round's windows have closed (t_personal: when they did)
+            pending = (round_, round_start, selected)
+    if pending is not None:  # the last windows close when the run ends
+        _close_windows(sim, windows, dict.fromkeys(list(windows.open), env.now))
+        sim.end_round(*pending)
+    yield env.all_of(personal)  # record the last personalized tasks (epochs budget)
 
 
 def _receive(
