@@ -40,7 +40,8 @@ def run_sweep(
     runs_dir: Path,
     **run_options: Any,
 ) -> list[Path]:
-    """Run every sweep point of ``scenario``; return the run directories (``runs_dir/<point>``)."""
+    """Run every point of ``scenario``'s sweep (crossed with ``[compare] runs``); return the
+    run directories (``runs_dir/<point>``)."""
     from mecsim.runner import run
 
     # sweep over the user's own keys (not the resolved defaults, which would carry
@@ -52,6 +53,10 @@ def run_sweep(
     base = load_scenario(data)
     sweep = sweep or base.compare.sweep
     points = sweep_points(sweep) if sweep else [{}]
+    if base.compare.runs:
+        points = [point | extra for point in points for extra in base.compare.runs]
+    for point in points:  # every point is valid before the first run starts
+        load_scenario(data, point)
     dirs = []
     for point in points:
         name = "-".join(str(v).replace("/", "_") for v in point.values()) or base.name

@@ -190,6 +190,11 @@ class CompareConfig(Section):
         default_factory=dict,
         description="dotted key -> values; every combination is one run (e.g. protocol.kind)",
     )
+    runs: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="explicit runs, each a table of dotted key -> value (crossed with the sweep), "
+        "for points that differ in more than one key (async rounds, buffer size)",
+    )
     targets: list[float] = Field(default=[0.4, 0.8], min_length=1)
 
 

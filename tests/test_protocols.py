@@ -238,6 +238,35 @@ def test_compare_cli_prints_speedups(tmp_path, tiny, capsys):
         assert (tmp_path / "cmp" / "comparison" / name).is_file()
 
 
+def test_compare_runs_points_that_differ_in_several_keys(tmp_path, tiny):
+    import tomli_w
+
+    from mecsim.cli import main
+
+    tiny["algorithm"].update({"name": "ditto", "steps": 2, "personal_steps": 2})
+    tiny["compare"] = {
+        "runs": [
+            {"protocol.kind": "compute_and_wait"},
+            {"protocol.kind": "fedbuff", "protocol.rounds": 4, "protocol.buffer_size": 2},
+        ],
+        "targets": [0.2],
+    }
+    path = tmp_path / "s.toml"
+    path.write_text(tomli_w.dumps(tiny))
+
+    assert main(["compare", "--scenario", str(path), "--out", str(tmp_path / "cmp")]) == 0
+    runs = sorted(p.name for p in (tmp_path / "cmp" / "runs").iterdir())
+    assert runs == ["compute_and_wait", "fedbuff-4-2"]
+    fedbuff = pd.read_csv(tmp_path / "cmp" / "runs" / "fedbuff-4-2" / "rounds.csv")
+    assert len(fedbuff) == 4 and (fedbuff["buffered"] == 2).all()
+
+    # a bad point stops the sweep before any run starts
+    tiny["compare"]["runs"].append({"protocol.kind": "fedbuff", "protocol.buffer_size": 0})
+    path.write_text(tomli_w.dumps(tiny))
+    assert main(["compare", "--scenario", str(path), "--out", str(tmp_path / "bad")]) == 2
+    assert not (tmp_path / "bad").exists()
+
+
 @pytest.mark.parametrize("kind", ["wait_free", "fedasync", "fedbuff"])
 def test_protocols_that_need_uploads_reject_local_training(tiny, kind):
     from mecsim.scenario import ScenarioError

@@ -2,6 +2,7 @@ from pathlib import Path
 
 import pytest
 
+import mecsim
 from mecsim.distributions import Choice, Uniform
 from mecsim.errors import ConfigError
 from mecsim.scenario import (
@@ -147,3 +148,14 @@ def test_resolved_toml_round_trips_with_versions():
 def test_table5_preset_fixes_spectral_efficiency():
     assert load_scenario({"network": {"preset": "table5"}}).network.spectral_efficiency == 1.0
     assert load_scenario({}).network.spectral_efficiency is None
+
+
+@pytest.mark.parametrize("path", sorted(Path("scenarios").glob("*.toml")), ids=lambda p: p.stem)
+def test_every_shipped_scenario_and_comparison_point_validates(path):
+    from mecsim.comparison import sweep_points
+
+    scenario = mecsim.load_scenario(path)
+    points = sweep_points(scenario.compare.sweep) if scenario.compare.sweep else [{}]
+    points = [p | r for p in points for r in scenario.compare.runs or [{}]]
+    for point in points:
+        mecsim.load_scenario(path, point)
