@@ -123,6 +123,38 @@ class ChannelModel:
         return LinkSample(float(rate), sinr, sinr_db, float(fading_gain))
 
 
+@dataclass(frozen=True)
+class LinkBudget:
+    """One link's rate as a function of the bandwidth and power it holds and its fading gain.
+
+    ``sinr = p |g|^2 h / (N0 B + I_psd B + I_w)``: thermal noise and interference
+    given as a power spectral density scale with the bandwidth held, a fixed
+    interference power does not. At constant transmit PSD (power split in
+    proportion to bandwidth) the SINR is then independent of the share held.
+
+    Args:
+        path_gain: large-scale power gain h (path loss), linear.
+        noise_psd_w_hz: thermal noise N0, W/Hz.
+        interference_psd_w_hz: interference PSD, W/Hz.
+        interference_w: fixed interference power, W.
+        spectral_efficiency: if set, rate = spectral_efficiency * B (the SINR is still reported).
+    """
+
+    path_gain: float
+    noise_psd_w_hz: float
+    interference_psd_w_hz: float = 0.0
+    interference_w: float = 0.0
+    spectral_efficiency: float | None = None
+
+    def __call__(self, bandwidth_hz: float, power_w: float, gain: float) -> tuple[float, float]:
+        """(rate bit/s, linear SINR) holding ``bandwidth_hz`` at ``power_w`` with fading ``gain``."""
+        noise = (self.noise_psd_w_hz + self.interference_psd_w_hz) * bandwidth_hz
+        sinr = power_w * gain * self.path_gain / (noise + self.interference_w)
+        if self.spectral_efficiency is not None:
+            return self.spectral_efficiency * bandwidth_hz, sinr
+        return bandwidth_hz * math.log2(1.0 + sinr), sinr
+
+
 def broadcast_durations(bits: float, rates: Sequence[float]) -> np.ndarray:
     """Receive time, s, of one ``bits`` payload broadcast to receivers at ``rates`` bit/s (> 0)."""
     rates_arr = np.asarray(rates, dtype=float)

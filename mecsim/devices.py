@@ -3,7 +3,10 @@
 The figures are *effective* training throughputs of small-batch PyTorch
 workloads (well below datasheet peaks) and typical board power under load.
 They are order-of-magnitude assumptions, stated here so a user can replace
-them; override per scenario by registering a profile from Python.
+them; override per scenario by registering a profile from Python. Receive
+power is drawn while downloading; idle power while a client waits in a round
+(for the server's next model, or for spectrum); both are typical radio and
+SoC figures, not measurements.
 """
 
 from __future__ import annotations
@@ -21,11 +24,15 @@ class DeviceProfile:
         name: registry name.
         flops_per_s: effective training throughput in FLOP/s.
         power_w: power drawn while computing, in W.
+        rx_power_w: power drawn while receiving (downloading), in W.
+        idle_power_w: power drawn while waiting in a round, in W.
     """
 
     name: str
     flops_per_s: float
     power_w: float
+    rx_power_w: float = 0.0
+    idle_power_w: float = 0.0
 
     def compute_time(self, flops: float) -> float:
         """Seconds to execute ``flops`` FLOPs."""
@@ -38,11 +45,11 @@ class DeviceProfile:
 
 DEVICES: Registry[DeviceProfile] = Registry("device", "clients.device")
 
-for _name, _flops, _power, _desc in [
-    ("iot-low", 1e9, 1.5, "low-end IoT board (Cortex-A53 class): 1 GFLOP/s, 1.5 W"),
-    ("phone-mid", 2e10, 3.0, "mid-range phone SoC: 20 GFLOP/s, 3 W"),
-    ("phone-high", 1e11, 5.0, "high-end phone SoC with NPU/GPU: 100 GFLOP/s, 5 W"),
-    ("jetson", 1e12, 15.0, "embedded edge GPU (Jetson class): 1 TFLOP/s, 15 W"),
-    ("edge-server", 2e13, 300.0, "edge GPU server (data-centre GPU): 20 TFLOP/s, 300 W"),
+for _name, _flops, _power, _rx, _idle, _desc in [
+    ("iot-low", 1e9, 1.5, 0.1, 0.05, "low-end IoT board (Cortex-A53 class): 1 GFLOP/s, 1.5 W"),
+    ("phone-mid", 2e10, 3.0, 0.5, 0.2, "mid-range phone SoC: 20 GFLOP/s, 3 W"),
+    ("phone-high", 1e11, 5.0, 0.7, 0.3, "high-end phone SoC with NPU/GPU: 100 GFLOP/s, 5 W"),
+    ("jetson", 1e12, 15.0, 1.0, 2.0, "embedded edge GPU (Jetson class): 1 TFLOP/s, 15 W"),
+    ("edge-server", 2e13, 300.0, 5.0, 50.0, "edge GPU server: 20 TFLOP/s, 300 W"),
 ]:
-    DEVICES.add(_name, DeviceProfile(_name, _flops, _power), _desc)
+    DEVICES.add(_name, DeviceProfile(_name, _flops, _power, _rx, _idle), _desc)

@@ -1,34 +1,56 @@
-"""Client radios and transfer timing: who sends how many bits, how fast, at what SNR.
+"""Client radios, the server's shared transmitter, and the timing of every transfer.
 
-Uplink is FDMA: each client transmits on its own bandwidth at its own power.
-Downlink is either a broadcast (one payload; each receiver decodes at its own
-rate on the full server bandwidth, so the server transmits until the slowest
-receiver is done) or unicast (per-client payloads; concurrent receivers share
-the server bandwidth equally, re-divided whenever one finishes).
+This is the one place a transfer's duration and energy come from; the
+simulator asks it and records what it answers. The physics (see DESIGN.md,
+"The radio is a shared, fading resource"):
 
-Fading and interference are drawn per transmission from the streams
-``(seed, "fading"|"interference", direction, client, round)``.
+* **Downlink**: the server has one transmitter (``network.downlink``
+  bandwidth and power). Transmissions active at once share it equally, power
+  in proportion to bandwidth (constant PSD), re-divided as they end
+  (:class:`~mecsim.channels.sharing.SharedTransmitter`). A broadcast is one
+  transmission to many receivers: rateless decoding by default (each at its
+  own rate), or ``broadcast_rate = "worst"``. Unicast payloads are one
+  transmission each. Transmissions every protocol starts (synchronous
+  rounds, asynchronous jobs, the public split) go through the same radio;
+  broadcasts of the same payload started at the same instant are one.
+* **Uplink**: FDMA; each client transmits on its own bandwidth at its own
+  power. With ``network.uplink.total_bandwidth_mhz`` the cell's band is
+  finite: an upload waits (first come, first served) until its bandwidth is free.
+* **Fading**: block fading, a new draw every ``network.coherence_ms`` from the
+  stream ``(seed, "fading", direction, client, job, attempt)``; below
+  ``network.min_snr_db`` a block carries nothing; a transfer unfinished after
+  ``network.max_transfer_s`` fails and is retried ``network.retries`` times.
+* **Energy**: a client's transmit power over its upload; its receive power
+  over its download; the server's power over each transmission, split like
+  its band (the sum over transmissions is full power x busy time).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
+import simpy
 
 from mecsim.channels import (
     ChannelModel,
     LogDistancePathLoss,
-    NoFading,
-    broadcast_durations,
     dbm_to_w,
     make_fading,
-    processor_sharing_durations,
+)
+from mecsim.channels.link import LinkBudget
+from mecsim.channels.sharing import (
+    FadingTrack,
+    PermanentOutage,
+    Reception,
+    SharedTransmitter,
+    Transmission,
 )
 from mecsim.devices import DeviceProfile
 from mecsim.distributions import sample_attribute
+from mecsim.errors import ConfigError
 from mecsim.rng import numpy_rng
 
 if TYPE_CHECKING:
@@ -50,19 +72,135 @@ class ClientProfile:
         return float(dbm_to_w(self.tx_power_dbm))
 
 
-@dataclass(frozen=True)
-class Transfer:
-    """One timed transmission to or from one client."""
+@dataclass
+class Delivery:
+    """One receiver's reception of a downlink transmission, as the event clock sees it."""
 
-    client: int
+    reception: Reception
     nbytes: int
-    duration_s: float
-    rate_bps: float
-    snr_db: float
+    key: tuple
+    """The transmission's fading-stream key (retries extend it)."""
+    done: simpy.Event
+    """Succeeds (with the reception) when the reception ends, delivered or failed."""
+    predicted_end: float
+    """When it ends if no other transmission starts meanwhile."""
+    predicted_failure: bool
+
+    @property
+    def client(self) -> int:
+        return self.reception.client
+
+
+@dataclass
+class Broadcast:
+    """A downlink transmission and the event that succeeds when it ends."""
+
+    transmission: Transmission
+    nbytes: int
+    done: simpy.Event
+
+
+class _Radio:
+    """Maps a :class:`SharedTransmitter` onto the event clock.
+
+    ``self.tx`` holds the state as of the last transmission start. A start
+    first advances it to now, then forecasts the rest (a copy advanced until
+    everything ends, exact while nothing else starts) and fires each
+    reception's and transmission's event at its forecast end, with the
+    forecast copy as the event's value. A later start cancels what is left of
+    the forecast and makes a new one.
+    """
+
+    def __init__(self, env: simpy.Environment, transmitter: SharedTransmitter) -> None:
+        self.env = env
+        self.tx = transmitter
+        self._pending: dict[int, tuple[Reception | Transmission, simpy.Event]] = {}
+        self._order: dict[int, int] = {}  # watch order: ties in time fire in it
+        self._forecast: dict[int, Reception | Transmission] = {}
+        self._fired: dict[int, simpy.Event] = {}
+        self._generation = 0
+
+    def start(
+        self,
+        transmissions: Sequence[Transmission],
+        joins: Sequence[tuple[Transmission, Sequence[Reception]]] = (),
+    ) -> None:
+        """Start ``transmissions`` now and add ``joins`` receivers to transmissions that
+        started at this instant; then forecast their ends."""
+        self._sync()
+        for transmission in transmissions:
+            self.tx.start(transmission)
+            self._watch(transmission)
+            for r in transmission.receptions:
+                self._watch(r)
+        for transmission, receptions in joins:
+            for r in receptions:
+                r.start = self.tx.now
+                transmission.receptions.append(r)
+                self._watch(r)
+        for obj, _ in list(self._pending.values()):  # empty payloads end at once
+            if not obj.open:
+                self._fire(obj, obj)
+        self._schedule()
+
+    def event_of(self, obj: Reception | Transmission) -> simpy.Event:
+        return self._pending[id(obj)][1] if id(obj) in self._pending else self._fired[id(obj)]
+
+    def forecast(self, obj: Reception | Transmission) -> Reception | Transmission:
+        """How ``obj`` ends if nothing else starts (itself if it has ended)."""
+        return self._forecast.get(id(obj), obj)
+
+    def _watch(self, obj: Reception | Transmission) -> None:
+        self._pending[id(obj)] = (obj, self.env.event())
+        self._order[id(obj)] = len(self._order)
+
+    def _fire(self, obj: Reception | Transmission, value: Reception | Transmission) -> None:
+        _, event = self._pending.pop(id(obj))
+        self._order.pop(id(obj), None)
+        self._fired[id(obj)] = event
+        event.succeed(value)
+
+    def _sync(self) -> None:
+        """Advance the state to now; fire what ended and was not yet fired from a forecast."""
+        self._fired = {}
+        for r in self.tx.advance(self.env.now):
+            if id(r) in self._pending:
+                self._fire(r, r)
+        for obj, _ in list(self._pending.values()):
+            if isinstance(obj, Transmission) and not obj.open:
+                self._fire(obj, obj)
+
+    def _schedule(self) -> None:
+        self._generation += 1
+        clone = self.tx.clone()
+        try:
+            clone.advance(math.inf)
+        except PermanentOutage as error:
+            raise ConfigError("network.min_snr_db", str(error)) from None
+        self._forecast = clone.twins
+        timeline = sorted(
+            (twin.end, self._order[id(obj)], id(obj))
+            for obj, _ in self._pending.values()
+            if (twin := clone.twins.get(id(obj))) is not None and twin.end is not None
+        )
+        if timeline:
+            self.env.process(self._deliver(self._generation, timeline))
+
+    def _deliver(
+        self, generation: int, timeline: list[tuple[float, int, int]]
+    ) -> Generator[simpy.Event, Any, None]:
+        for at, _, key in timeline:
+            if at > self.env.now:
+                yield self.env.timeout(at - self.env.now)
+            if generation != self._generation:
+                return
+            if key in self._pending:
+                obj, _ = self._pending[key]
+                self._fire(obj, self._forecast[key])
 
 
 class Network:
-    """Times uplink and downlink transfers for a fixed set of clients."""
+    """Times uplink and downlink transfers for a fixed set of clients (see the module docstring)."""
 
     def __init__(self, config: NetworkConfig, clients: Sequence[ClientProfile], seed: int) -> None:
         self.config = config
@@ -78,68 +216,127 @@ class Network:
             noise_psd_dbm_hz=config.noise_psd_dbm_hz,
             spectral_efficiency=config.spectral_efficiency,
         )
-        self.random_fading = not isinstance(self.channel.fading, NoFading)
         self.server_bandwidth_hz = config.downlink.bandwidth_mhz * 1e6
         self.server_tx_power_w = dbm_to_w(config.downlink.tx_power_dbm)
+        self.coherence_s = config.coherence_ms / 1e3
+        self.min_sinr = 0.0 if config.min_snr_db is None else 10 ** (config.min_snr_db / 10)
+        self.max_s = config.max_transfer_s or math.inf
+        cell = config.uplink.total_bandwidth_mhz
+        self.cell_hz = None if cell is None else cell * 1e6
+        if self.cell_hz is not None:
+            widest = max((c.bandwidth_hz for c in self.clients), default=0.0)
+            if widest > self.cell_hz:
+                raise ConfigError(
+                    "network.uplink.total_bandwidth_mhz",
+                    f"{cell} MHz is narrower than a client's {widest / 1e6:.3g} MHz uplink; "
+                    "widen the cell or narrow clients.bandwidth_mhz",
+                )
+        self.env: simpy.Environment | None = None
 
-    def _interference_w(self, link: LinkConfig, direction: str, client: int, round_: int) -> float:
+    def bind(self, env: simpy.Environment) -> None:
+        """Attach the network to the run's event clock (the simulator calls this)."""
+        self.env = env
+        self._server = _Radio(
+            env, SharedTransmitter(self.server_bandwidth_hz, self.server_tx_power_w)
+        )
+        self._cell = (
+            None
+            if self.cell_hz is None
+            else simpy.Container(env, capacity=self.cell_hz, init=self.cell_hz)
+        )
+        self._open: dict[tuple, Broadcast] = {}
+
+    # --- link budgets ------------------------------------------------------------------
+    def _interference(self, link: LinkConfig, direction: str, client: int, key: tuple) -> float:
         if link.interference_w is None and link.interference_dbm is None:
             return 0.0
-        rng = numpy_rng(self.seed, "interference", direction, client, round_)
+        rng = numpy_rng(self.seed, "interference", direction, client, *key)
         if link.interference_w is not None:
             value = float(sample_attribute(link.interference_w, rng, 1)[0])
         else:
             value = dbm_to_w(float(sample_attribute(link.interference_dbm, rng, 1)[0]))
         return max(value, 0.0)
 
-    def _fading_gain(self, direction: str, client: int, round_: int) -> float:
-        """|g|^2 of one transmission, from the stream (seed, "fading", direction, client, round)."""
-        if not self.random_fading:
-            return 1.0  # no draw needed: skip creating the stream
-        return self.channel.fading.draw(numpy_rng(self.seed, "fading", direction, client, round_))
-
-    def uplink(self, client: int, nbytes: int, round_: int) -> Transfer:
-        """Client ``client`` sends ``nbytes`` on its own bandwidth (FDMA)."""
-        profile = self.clients[client]
-        sample = self.channel.rate_at(
-            tx_power_w=profile.tx_power_w,
-            distance_m=profile.distance_m,
-            bandwidth_hz=profile.bandwidth_hz,
-            interference_w=self._interference_w(self.config.uplink, "up", client, round_),
-            fading_gain=self._fading_gain("up", client, round_),
+    def _reception(self, direction: str, client: int, nbytes: int, key: tuple) -> Reception:
+        link = self.config.uplink if direction == "up" else self.config.downlink
+        psd = link.interference_dbm_hz
+        budget = LinkBudget(
+            path_gain=float(self.channel.pathloss.gain(self.clients[client].distance_m)),
+            noise_psd_w_hz=dbm_to_w(self.config.noise_psd_dbm_hz),
+            interference_psd_w_hz=0.0 if psd is None else dbm_to_w(psd),
+            interference_w=self._interference(link, direction, client, key),
+            spectral_efficiency=self.config.spectral_efficiency,
         )
-        duration = 8 * nbytes / sample.rate_bps if nbytes else 0.0
-        return Transfer(client, nbytes, duration, sample.rate_bps, sample.snr_db)
+        track = FadingTrack(
+            self.channel.fading,
+            numpy_rng(self.seed, "fading", direction, client, *key),
+            self.coherence_s,
+        )
+        return Reception(client, 8 * nbytes, budget, track, self.max_s, self.min_sinr)
 
-    def downlink(self, nbytes: dict[int, int], round_: int, broadcast: bool) -> dict[int, Transfer]:
-        """Server sends ``nbytes[client]`` to each client (one shared payload if ``broadcast``)."""
-        clients = sorted(nbytes)
-        interference = {
-            c: self._interference_w(self.config.downlink, "down", c, round_) for c in clients
+    # --- downlink ---------------------------------------------------------------------
+    def downlink(
+        self, nbytes: dict[int, int], key: tuple, broadcast: bool, join: object = None
+    ) -> tuple[dict[int, Delivery], list[Broadcast]]:
+        """Start the server's transmission(s) of ``nbytes[client]`` to each client, now.
+
+        ``broadcast``: one payload to all (one transmission; a later call with
+        the same ``join`` key at the same instant adds its receivers to it);
+        else one transmission per client. ``key`` names the fading streams. Returns each client's :class:`Delivery` and
+        the transmissions started (their ``done`` events end the server's airtime).
+        """
+        assert self.env is not None, "Network.bind(env) first"
+        worst = self.config.downlink.broadcast_rate == "worst"
+        deliveries: dict[int, Delivery] = {}
+        started: list[Broadcast] = []
+        receptions = {
+            c: self._reception("down", c, n, key) for c, n in sorted(nbytes.items()) if n > 0
         }
-        gains = {c: self._fading_gain("down", c, round_) for c in clients}
+        if broadcast and receptions:
+            size = max(nbytes.values())
+            joined = self._open.get(join) if join is not None else None
+            if joined is not None and joined.transmission.start == self.env.now:
+                self._server.start([], [(joined.transmission, list(receptions.values()))])
+            else:
+                transmission = Transmission(list(receptions.values()), worst)
+                self._server.start([transmission])
+                joined = Broadcast(transmission, size, self._server.event_of(transmission))
+                self._open = {join: joined} if join is not None else {}
+                started.append(joined)
+        elif receptions:
+            transmissions = {c: Transmission([r], worst) for c, r in receptions.items()}
+            self._server.start(list(transmissions.values()))
+            for c, transmission in transmissions.items():
+                done = self._server.event_of(transmission)
+                started.append(Broadcast(transmission, nbytes[c], done))
+        for c, r in receptions.items():
+            forecast = self._server.forecast(r)
+            end = forecast.end if forecast.end is not None else math.inf
+            event = self._server.event_of(r)
+            deliveries[c] = Delivery(r, nbytes[c], key, event, end, forecast.failed)
+        return deliveries, started
 
-        def sample(c: int, bandwidth_hz: float):
-            return self.channel.rate_at(
-                tx_power_w=self.server_tx_power_w,
-                distance_m=self.clients[c].distance_m,
-                bandwidth_hz=bandwidth_hz,
-                interference_w=interference[c],
-                fading_gain=gains[c],
-            )
-
-        if broadcast:
-            full = [sample(c, self.server_bandwidth_hz) for c in clients]
-            bits = 8 * (nbytes[clients[0]] if clients else 0)
-            durations = broadcast_durations(bits, [s.rate_bps for s in full])
-        else:
-            full = [sample(c, self.server_bandwidth_hz / len(clients)) for c in clients]
-            durations = processor_sharing_durations(
-                [8 * nbytes[c] for c in clients],
-                lambda i, bw: sample(clients[i], bw).rate_bps,
-                self.server_bandwidth_hz,
-            )
-        return {
-            c: Transfer(c, nbytes[c], float(d), s.rate_bps, s.snr_db)
-            for c, d, s in zip(clients, np.asarray(durations), full, strict=False)
-        }
+    # --- uplink -----------------------------------------------------------------------
+    def upload(
+        self, client: int, nbytes: int, key: tuple
+    ) -> Generator[simpy.Event, Any, tuple[float, Reception]]:
+        """Client ``client`` sends ``nbytes`` on its own band (after waiting for spectrum,
+        if the cell's band is finite). Returns (when it got the spectrum, its reception)."""
+        assert self.env is not None, "Network.bind(env) first"
+        profile = self.clients[client]
+        if self._cell is not None:
+            yield self._cell.get(profile.bandwidth_hz)
+        granted = self.env.now
+        reception = self._reception("up", client, nbytes, key)
+        transmitter = SharedTransmitter(profile.bandwidth_hz, profile.tx_power_w)
+        transmitter.now = granted
+        transmitter.start(Transmission([reception]))
+        try:
+            transmitter.advance(math.inf)
+        except PermanentOutage as error:
+            raise ConfigError("network.min_snr_db", str(error)) from None
+        assert reception.end is not None
+        yield self.env.timeout(reception.end - granted)
+        if self._cell is not None:
+            yield self._cell.put(profile.bandwidth_hz)
+        return granted, reception

@@ -8,8 +8,11 @@ import pandas as pd
 
 EVENT_COLUMNS = [
     "round",
+    "job",
     "client",
     "phase",
+    "direction",
+    "role",
     "t_start",
     "t_end",
     "bytes",
@@ -18,7 +21,14 @@ EVENT_COLUMNS = [
     "rate_bps",
     "snr_db",
 ]
-"""One row per timed activity; ``client`` is -1 for the server."""
+"""One row per timed activity; ``client`` is -1 for the server.
+
+``round`` is the round (asynchronous protocols: the server update) the
+activity belongs to; ``job`` identifies the client job (the round in
+synchronous protocols; -1 for server rows); ``direction`` is ``up``, ``down``
+or ``none`` and ``role`` ``sender``, ``receiver`` or ``none``. Bytes moved in a
+direction are the sender rows' for ``up`` and the receiver rows' for ``down``.
+"""
 
 SERVER = -1
 
@@ -38,6 +48,9 @@ class Recorder:
         t_start: float,
         t_end: float,
         *,
+        job: int | None = None,
+        direction: str = "none",
+        role: str = "none",
         nbytes: int = 0,
         flops: int = 0,
         energy_j: float = 0.0,
@@ -45,8 +58,24 @@ class Recorder:
         snr_db: float = float("nan"),
     ) -> None:
         """Record one activity (times in simulated seconds)."""
+        if job is None:
+            job = -1 if client == SERVER else round_
         self._events.append(
-            (round_, client, phase, t_start, t_end, nbytes, flops, energy_j, rate_bps, snr_db)
+            (
+                round_,
+                job,
+                client,
+                phase,
+                direction,
+                role,
+                t_start,
+                t_end,
+                nbytes,
+                flops,
+                energy_j,
+                rate_bps,
+                snr_db,
+            )
         )
 
     def round(self, **row: Any) -> None:
@@ -56,8 +85,33 @@ class Recorder:
     def events(self) -> pd.DataFrame:
         frame = pd.DataFrame(self._events, columns=EVENT_COLUMNS)
         return frame.astype(
-            {"round": "int64", "client": "int64", "bytes": "int64", "flops": "int64"}
+            {
+                "round": "int64",
+                "job": "int64",
+                "client": "int64",
+                "bytes": "int64",
+                "flops": "int64",
+            }
         )
 
     def rounds(self) -> pd.DataFrame:
-        return pd.DataFrame(self._rounds)
+        """The rounds table, its ``bytes_up``/``bytes_down`` summed from the events."""
+        rounds = pd.DataFrame(self._rounds)
+        if rounds.empty:
+            return rounds
+        moved = bytes_per_round(self.events())
+        for column in ("bytes_up", "bytes_down"):
+            rounds[column] = rounds["round"].map(moved[column]).fillna(0).astype("int64")
+        return rounds
+
+
+def bytes_per_round(events: pd.DataFrame) -> pd.DataFrame:
+    """Bytes moved per round: ``bytes_up`` (upload senders), ``bytes_down`` (download receivers)."""
+    up = events[(events["direction"] == "up") & (events["role"] == "sender")]
+    down = events[(events["direction"] == "down") & (events["role"] == "receiver")]
+    return pd.DataFrame(
+        {
+            "bytes_up": up.groupby("round")["bytes"].sum(),
+            "bytes_down": down.groupby("round")["bytes"].sum(),
+        }
+    ).fillna(0)

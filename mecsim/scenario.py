@@ -80,22 +80,47 @@ class ModelConfig(Section):
 
 
 class LinkConfig(Section):
-    """Interference at the receiver, with an explicit unit (default: none)."""
+    """Interference at the receiver, with an explicit unit (default: none).
+
+    ``interference_dbm`` / ``interference_w`` are a power (drawn per transfer);
+    ``interference_dbm_hz`` is a power spectral density, so the interference a
+    transfer sees scales with the bandwidth it occupies.
+    """
 
     interference_dbm: NumberAttr | None = None
     interference_w: NumberAttr | None = None
+    interference_dbm_hz: float | None = Field(
+        default=None, description="interference PSD, dBm/Hz (scales with the bandwidth held)"
+    )
 
     @model_validator(mode="after")
     def _one_unit(self) -> LinkConfig:
-        if self.interference_dbm is not None and self.interference_w is not None:
-            raise ValueError("set interference_dbm or interference_w, not both")
+        given = [self.interference_dbm, self.interference_w, self.interference_dbm_hz]
+        if sum(v is not None for v in given) > 1:
+            raise ValueError(
+                "set one of interference_dbm, interference_w, interference_dbm_hz, not several"
+            )
         return self
+
+
+class UplinkConfig(LinkConfig):
+    total_bandwidth_mhz: float | None = Field(
+        default=None,
+        gt=0,
+        description="cell uplink band; uploads beyond it wait for spectrum, first come first "
+        "served (default: unlimited, each client on its own band as KAPC Table 4)",
+    )
 
 
 class DownlinkConfig(LinkConfig):
     mode: Literal["broadcast", "unicast"] = "broadcast"
     bandwidth_mhz: float = Field(default=50.0, gt=0)
     tx_power_dbm: float = 30.0
+    broadcast_rate: Literal["rateless", "worst"] = Field(
+        default="rateless",
+        description="'rateless': each receiver decodes at its own rate (ideal); "
+        "'worst': a fixed-rate multicast at the worst receiver's rate",
+    )
 
 
 class NetworkConfig(Section):
@@ -114,7 +139,17 @@ class NetworkConfig(Section):
     rician_k: float = Field(default=3.0, ge=0)
     shadowing_sigma_db: float = Field(default=8.0, ge=0)
     spectral_efficiency: float | None = Field(default=None, gt=0, description="bit/s/Hz")
-    uplink: LinkConfig = LinkConfig()
+    coherence_ms: float = Field(
+        default=10.0, gt=0, description="block fading: a new fading draw every this many ms"
+    )
+    min_snr_db: float | None = Field(
+        default=None, description="outage: a fading block below this SINR carries nothing"
+    )
+    max_transfer_s: float | None = Field(
+        default=None, gt=0, description="a transfer unfinished after this long fails"
+    )
+    retries: int = Field(default=0, ge=0, description="attempts after a failed transfer")
+    uplink: UplinkConfig = UplinkConfig()
     downlink: DownlinkConfig = DownlinkConfig()
 
     @model_validator(mode="after")

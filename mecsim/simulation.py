@@ -13,19 +13,19 @@ from __future__ import annotations
 import gc
 import time
 from collections.abc import Callable, Generator, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import simpy
 
 from mecsim.algorithms.base import SERVER, Algorithm, ClientState, RoundContext, Task, Upload
-from mecsim.cost import compute_cost, transmit_cost
+from mecsim.channels.sharing import Reception, Transmission
+from mecsim.cost import compute_cost
 from mecsim.devices import DeviceProfile
 from mecsim.evaluation import Evaluation, Evaluator
 from mecsim.executors import ClientJob, Executor, JobResult, TrainingContext
 from mecsim.executors.base import job_context, step_flops
-from mecsim.network import ClientProfile, Network, Transfer
+from mecsim.network import ClientProfile, Delivery, Network
 from mecsim.recorder import Recorder
 from mecsim.rng import numpy_rng
 from mecsim.state import Payload, payload_nbytes
@@ -34,14 +34,6 @@ if TYPE_CHECKING:
     from mecsim.protocols.settings import ProtocolSettings
 
 Process = Generator[simpy.Event, Any, Any]
-
-
-@dataclass
-class RoundTotals:
-    """Bytes moved during one round (per direction, summed over clients)."""
-
-    bytes_up: int = 0
-    bytes_down: int = 0
 
 
 class Simulation:
@@ -64,6 +56,7 @@ class Simulation:
         on_round: Callable[[dict[str, Any]], None] | None = None,
     ) -> None:
         self.env = simpy.Environment()
+        network.bind(self.env)
         self.algorithm = algorithm
         self.executor = executor
         self.network = network
@@ -88,7 +81,6 @@ class Simulation:
         """Per client: simulated time the state in ``client_states`` is (or will be) complete."""
         self.server_ready = 0.0
         """Simulated time the server state was last updated."""
-        self._totals = RoundTotals()
         self._wall_start = time.perf_counter()
         self._train_wall_s = 0.0
 
@@ -169,13 +161,21 @@ class Simulation:
         return self.algorithm.round_tasks(round_)
 
     def downlink_transfers(
-        self, round_: int, payloads: dict[int, Payload | None]
-    ) -> dict[int, Transfer]:
-        """Timing of this round's downlink to each selected client.
+        self,
+        round_: int,
+        payloads: dict[int, Payload | None],
+        key: tuple | None = None,
+        join: object = None,
+    ) -> dict[int, Delivery]:
+        """Start this round's downlink to each client now; return each client's delivery.
 
         The payload goes out as one broadcast only when the algorithm sends
         the same payload to everyone and ``network.downlink.mode`` is
-        ``broadcast``; otherwise each client gets its own unicast copy.
+        ``broadcast``; otherwise each client gets its own unicast transmission.
+        All share the server's radio (:class:`~mecsim.network.Network`).
+        ``key`` names the transmission's fading streams (default: the round);
+        broadcasts with the same ``join`` key started at the same instant are
+        one transmission.
         """
         sizes: dict[int, int] = {}  # by payload identity: a broadcast payload is sized once
         nbytes = {}
@@ -184,48 +184,82 @@ class Simulation:
                 sizes[id(payload)] = payload_nbytes(payload)
             nbytes[c] = sizes[id(payload)]
         broadcast = self.algorithm.broadcast and self.network.config.downlink.mode == "broadcast"
-        transfers = self.network.downlink(nbytes, round_, broadcast)
-        if transfers and any(nbytes.values()):
-            sent = max(nbytes.values()) if broadcast else sum(nbytes.values())
-            self._record_send(round_, "downlink-send", sent, transfers)
-        return transfers
+        key = ("round", round_) if key is None else key
+        return self._transmit(round_, nbytes, key, broadcast, join=join)
 
-    def _record_send(
-        self, round_: int, phase: str, nbytes: int, transfers: dict[int, Transfer]
-    ) -> float:
-        """Record the server's transmission of ``transfers`` from now; return its airtime."""
-        on_air = max(t.duration_s for t in transfers.values())
+    def _transmit(
+        self,
+        round_: int,
+        nbytes: dict[int, int],
+        key: tuple,
+        broadcast: bool,
+        phase: str = "downlink-send",
+        join: object = None,
+    ) -> dict[int, Delivery]:
+        """Start the server's transmission(s) now; each is recorded when it ends."""
+        deliveries, started = self.network.downlink(nbytes, key, broadcast, join)
+        for sent in started:
+            sent.done.callbacks.append(
+                lambda event, n=sent.nbytes: self._record_send(round_, phase, n, event.value)
+            )
+        return deliveries
+
+    def _record_send(self, round_: int, phase: str, nbytes: int, t: Transmission) -> None:
+        """Record the server's transmission ``t`` of ``nbytes`` (it has ended)."""
         self.recorder.event(
             round_,
             SERVER,
             phase,
-            self.env.now,
-            self.env.now + on_air,
+            t.start,
+            t.end if t.end is not None else self.env.now,
+            direction="down",
+            role="sender",
             nbytes=nbytes,
-            energy_j=self.network.server_tx_power_w * on_air,
+            energy_j=t.energy_j,
         )
-        return on_air
 
     # --- timed activities (process generators) ----------------------------------------
-    def download(self, round_: int, transfer: Transfer) -> Process:
-        """Client receives its downlink payload."""
-        if transfer.nbytes == 0:
-            return
-        start = self.env.now
-        yield self.env.timeout(transfer.duration_s)
-        self._totals.bytes_down += transfer.nbytes
+    def download(self, round_: int, delivery: Delivery | None, job: int | None = None) -> Process:
+        """Client receives its downlink payload; returns whether it arrived (None: nothing sent).
+
+        A failed reception (``network.max_transfer_s``) is retried
+        ``network.retries`` times as a unicast transmission to that client.
+        """
+        if delivery is None:
+            return True
+        reception = yield delivery.done
+        self._record_download(round_, job, reception, delivery.nbytes)
+        for attempt in range(1, self.network.config.retries + 1):
+            if not reception.failed:
+                break
+            key = (*delivery.key, "retry", attempt)
+            retry = self._transmit(round_, {reception.client: delivery.nbytes}, key, False)
+            reception = yield retry[reception.client].done
+            self._record_download(round_, job, reception, delivery.nbytes)
+        return not reception.failed
+
+    def _record_download(
+        self, round_: int, job: int | None, r: Reception, nbytes: int, phase: str = "download"
+    ) -> None:
+        device = self.clients[r.client].device
         self.recorder.event(
             round_,
-            transfer.client,
-            "download",
-            start,
-            self.env.now,
-            nbytes=transfer.nbytes,
-            rate_bps=transfer.rate_bps,
-            snr_db=transfer.snr_db,
+            r.client,
+            f"{phase}:failed" if r.failed else phase,
+            r.start,
+            r.end if r.end is not None else self.env.now,
+            job=job,
+            direction="down",
+            role="receiver",
+            nbytes=0 if r.failed else nbytes,
+            energy_j=device.rx_power_w * r.duration_s,
+            rate_bps=r.effective_rate_bps,
+            snr_db=r.mean_sinr_db,
         )
 
-    def compute(self, round_: int, client: int, task: Task, flops: int) -> Process:
+    def compute(
+        self, round_: int, client: int, task: Task, flops: int, job: int | None = None
+    ) -> Process:
         """Client runs one task: duration = metered FLOPs / device FLOP/s.
 
         A client computes one task at a time: the task starts when the
@@ -243,37 +277,54 @@ class Simulation:
             f"compute:{task.name}",
             start,
             self.env.now,
+            job=job,
             flops=flops,
             energy_j=energy,
         )
 
-    def compute_tasks(self, round_: int, result: JobResult, tasks: Sequence[Task]) -> Process:
+    def compute_tasks(
+        self, round_: int, result: JobResult, tasks: Sequence[Task], job: int | None = None
+    ) -> Process:
         """Client runs ``tasks`` of a finished job one after another (those the job ran)."""
         for task in tasks:
             if task.name in result.task_flops:
-                yield from self.compute(round_, result.client, task, result.task_flops[task.name])
+                flops = result.task_flops[task.name]
+                yield from self.compute(round_, result.client, task, flops, job)
 
-    def upload(self, round_: int, client: int, payload: Payload) -> Process:
-        """Client sends its upload on its own bandwidth; returns the transfer."""
-        transfer = self.network.uplink(client, payload_nbytes(payload), round_)
-        seconds, energy = transmit_cost(
-            transfer.nbytes, transfer.rate_bps, self.clients[client].tx_power_w
-        )
-        start = self.env.now
-        yield self.env.timeout(seconds)
-        self._totals.bytes_up += transfer.nbytes
-        self.recorder.event(
-            round_,
-            client,
-            "upload",
-            start,
-            self.env.now,
-            nbytes=transfer.nbytes,
-            energy_j=energy,
-            rate_bps=transfer.rate_bps,
-            snr_db=transfer.snr_db,
-        )
-        return transfer
+    def upload(self, round_: int, client: int, payload: Payload, job: int | None = None) -> Process:
+        """Client sends its upload on its own band; returns whether it arrived.
+
+        Time spent waiting for spectrum (a finite ``network.uplink`` cell band)
+        is a ``wait:spectrum`` event; a failed transfer is an ``upload:failed``
+        event and is retried ``network.retries`` times.
+        """
+        nbytes = payload_nbytes(payload)
+        power = self.clients[client].tx_power_w
+        job_key = round_ if job is None else job
+        for attempt in range(self.network.config.retries + 1):
+            asked = self.env.now
+            granted, r = yield from self.network.upload(client, nbytes, ("job", job_key, attempt))
+            if granted > asked:
+                self.recorder.event(
+                    round_, client, "wait:spectrum", asked, granted, job=job, direction="up"
+                )
+            self.recorder.event(
+                round_,
+                client,
+                "upload:failed" if r.failed else "upload",
+                r.start,
+                r.end if r.end is not None else self.env.now,
+                job=job,
+                direction="up",
+                role="sender",
+                nbytes=0 if r.failed else nbytes,
+                energy_j=power * r.duration_s,
+                rate_bps=r.effective_rate_bps,
+                snr_db=r.mean_sinr_db,
+            )
+            if not r.failed:
+                return True
+        return False
 
     def aggregate(self, round_: int, uploads: list[Upload]) -> Process:
         """Server aggregates (FLOPs / server FLOP/s), then runs its server tasks, if any."""
@@ -336,21 +387,10 @@ class Simulation:
         if not self.public_nbytes:
             return
         nbytes = dict.fromkeys(range(len(self.clients)), self.public_nbytes)
-        transfers = self.network.downlink(nbytes, -1, True)
-        start = self.env.now
-        on_air = self._record_send(-1, "downlink-send:public", self.public_nbytes, transfers)
-        for c, t in transfers.items():
-            self.recorder.event(
-                -1,
-                c,
-                "download:public",
-                start,
-                start + t.duration_s,
-                nbytes=t.nbytes,
-                rate_bps=t.rate_bps,
-                snr_db=t.snr_db,
-            )
-        yield self.env.timeout(on_air)
+        deliveries = self._transmit(-1, nbytes, ("public",), True, "downlink-send:public")
+        receptions = yield self.env.all_of([d.done for d in deliveries.values()])
+        for r in receptions.values():
+            self._record_download(-1, None, r, self.public_nbytes, "download:public")
 
     # --- bookkeeping -----------------------------------------------------------------
     def end_round(
@@ -383,14 +423,11 @@ class Simulation:
             "generic_acc": evaluation.generic_acc if evaluation else nan,
             "personal_acc": evaluation.personal_acc if evaluation else nan,
             "personal_acc_std": evaluation.personal_acc_std if evaluation else nan,
-            "bytes_up": self._totals.bytes_up,
-            "bytes_down": self._totals.bytes_down,
             "wall_s": now - self._wall_start,
             "wall_train_s": self._train_wall_s,
             **extra,
         }
         self.recorder.round(**row)
-        self._totals = RoundTotals()
         self._wall_start = now
         self._train_wall_s = 0.0
         if self.on_round is not None:

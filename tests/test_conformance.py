@@ -81,8 +81,8 @@ def test_algorithm_conforms_under_protocol(tiny, monkeypatch, name, kind):
     up = events[events["phase"] == "upload"]
     if kind not in ("fedasync", "fedbuff"):  # async runs end with uploads still in flight
         assert sorted(up["bytes"]) == sorted(b for _, _, b in sent_up)
-    for (round_, client), nbytes in up.set_index(["round", "client"])["bytes"].items():
-        assert (round_, client, nbytes) in sent_up
+    for (job, client), nbytes in up.set_index(["job", "client"])["bytes"].items():
+        assert (job, client, nbytes) in sent_up
     down = events[events["phase"] == "download"]
     assert set(down["bytes"]) <= sent_down
     compute = events[events["phase"].str.startswith("compute:")]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
 import pytest
@@ -14,10 +13,11 @@ from mecsim.algorithms.base import Algorithm, Task
 from mecsim.devices import DeviceProfile
 from mecsim.evaluation import Evaluation
 from mecsim.executors import JobResult
-from mecsim.network import ClientProfile, Transfer
+from mecsim.network import ClientProfile, Network
 from mecsim.protocols import PROTOCOLS
 from mecsim.protocols.asynchronous import FedAsyncSettings, FedBuffSettings
 from mecsim.protocols.synchronous import ComputeAndWaitSettings, DeadlineSettings
+from mecsim.scenario import NetworkConfig
 from mecsim.simulation import Simulation
 
 DEVICE = DeviceProfile("stub", flops_per_s=100.0, power_w=2.0)
@@ -49,29 +49,25 @@ class StubAlgorithm(Algorithm):
 class StubExecutor:
     def run(self, jobs):
         return [
-            JobResult(j.client, {}, {"w": torch.zeros(2)}, {"work": FLOPS[j.client]}) for j in jobs
+            JobResult(j.client, {}, {"w": torch.zeros(4)}, {"work": FLOPS[j.client]}) for j in jobs
         ]
 
 
-@dataclass
-class _Downlink:
-    mode: str = "broadcast"
+PAYLOAD_BITS = 128  # every stub payload is 4 float32 values
 
 
-@dataclass
-class _Config:
-    downlink: _Downlink
+def closed_form_network(count: int = 3) -> Network:
+    """The real network at 1 bit/s/Hz: a transfer takes bits / bandwidth, exactly."""
+    config = NetworkConfig(
+        spectral_efficiency=1.0, downlink={"bandwidth_mhz": PAYLOAD_BITS / DOWN_S / 1e6}
+    )
+    return Network(config, clients(count), seed=0)
 
 
-class StubNetwork:
-    config = _Config(_Downlink())
-    server_tx_power_w = 1.0
-
-    def downlink(self, nbytes, round_, broadcast):
-        return {c: Transfer(c, n, DOWN_S, 8 * n / DOWN_S, 0.0) for c, n in nbytes.items()}
-
-    def uplink(self, client, nbytes, round_):
-        return Transfer(client, nbytes, UP_S[client], 8 * nbytes / UP_S[client], 0.0)
+def clients(count: int = 3) -> list[ClientProfile]:
+    return [
+        ClientProfile(c, 100.0, PAYLOAD_BITS / UP_S[c], 20.0, DEVICE) for c in range(count)
+    ]
 
 
 class StubEvaluator:
@@ -83,8 +79,8 @@ def simulation(protocol) -> Simulation:
     return Simulation(
         algorithm=StubAlgorithm(),
         executor=StubExecutor(),
-        network=StubNetwork(),
-        clients=[ClientProfile(c, 100.0, 1e6, 20.0, DEVICE) for c in range(3)],
+        network=closed_form_network(3),
+        clients=clients(3),
         indices=[{"train": torch.arange(10)} for _ in range(3)],
         server_device=SERVER,
         evaluator=StubEvaluator(),
@@ -134,7 +130,7 @@ def test_fedasync_applies_each_update_after_its_upload_arrived():
     sim.run(PROTOCOLS.get("fedasync"))
     events, rounds = sim.recorder.events(), sim.recorder.rounds()
 
-    uploads = events[events["phase"] == "upload"].set_index(["round", "client"])["t_end"]
+    uploads = events[events["phase"] == "upload"].set_index(["job", "client"])["t_end"]
     for _, row in rounds.iterrows():
         assert row["t_end"] >= uploads.loc[(row["job"], row["applied_client"])] - 1e-12
     # never more than `concurrency` clients computing at once
@@ -172,13 +168,13 @@ class DeltaExecutor:
         ]
 
 
-def delta_simulation(protocol, clients: int = 2) -> Simulation:
+def delta_simulation(protocol, count: int = 2) -> Simulation:
     return Simulation(
         algorithm=DeltaAlgorithm(),
         executor=DeltaExecutor(),
-        network=StubNetwork(),
-        clients=[ClientProfile(c, 100.0, 1e6, 20.0, DEVICE) for c in range(clients)],
-        indices=[{"train": torch.arange(10)} for _ in range(clients)],
+        network=closed_form_network(count),
+        clients=clients(count),
+        indices=[{"train": torch.arange(10)} for _ in range(count)],
         server_device=SERVER,
         evaluator=StubEvaluator(),
         protocol=protocol,
@@ -231,7 +227,7 @@ def test_fedbuff_applies_staleness_weighted_average_deltas_to_the_current_model(
     ids=lambda p: p.kind,
 )
 def test_t_personal_never_exceeds_the_latest_completion_of_an_evaluated_state(protocol):
-    sim = delta_simulation(protocol, clients=3)
+    sim = delta_simulation(protocol, count=3)
     sim.run(PROTOCOLS.get(protocol.kind))
     rounds, events = sim.recorder.rounds(), sim.recorder.events()
 

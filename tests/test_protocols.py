@@ -144,7 +144,7 @@ def test_async_updates_respect_causality(tiny, kind):
     result = mecsim.run(tiny, overrides, write=False)
 
     rounds, events = result.rounds, result.events
-    uploads = events[events["phase"] == "upload"].set_index(["round", "client"])["t_end"]
+    uploads = events[events["phase"] == "upload"].set_index(["job", "client"])["t_end"]
     for _, row in rounds.iterrows():
         arrived = uploads.loc[(row["job"], row["applied_client"])]
         assert row["arrived_at"] == pytest.approx(arrived)

@@ -126,18 +126,23 @@ class _AsyncServer:
         self.jobs += 1
 
     def _client(self, client: int, job: int) -> Process:
+        """One job: its events carry ``job`` and, as ``round``, the update it started under."""
         sim = self.sim
         version = self.version
         payload = sim.algorithm.downlink(sim.server_state, sim.context(job, client))
-        transfer = sim.downlink_transfers(job, {client: payload})[client]
+        # clients that start together on the same model share one broadcast
+        join = ("version", version) if sim.algorithm.broadcast else None
+        delivery = sim.downlink_transfers(
+            version, {client: payload}, key=("job", job), join=join
+        ).get(client)
         result = sim.execute(job, {client: payload})[client]
-        yield from sim.download(job, transfer)
-        yield from sim.compute_tasks(job, result, sim.tasks(job))
-        sim.commit(client, result.state, sim.env.now)
-        if result.upload is not None:
-            yield from sim.upload(job, client, result.upload)
-            upload = Upload(client, result.upload, sim.num_samples[client])
-            yield self.inbox.put(Arrival(upload, payload, version, sim.env.now, job))
+        if (yield from sim.download(version, delivery, job)):
+            yield from sim.compute_tasks(version, result, sim.tasks(job), job)
+            sim.commit(client, result.state, sim.env.now)
+            upload = result.upload
+            if upload is not None and (yield from sim.upload(version, client, upload, job)):
+                arrival = Upload(client, upload, sim.num_samples[client])
+                yield self.inbox.put(Arrival(arrival, payload, version, sim.env.now, job))
         self.idle.add(client)
         self.start_next()
 

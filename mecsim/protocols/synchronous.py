@@ -40,7 +40,7 @@ from pydantic import Field, model_validator
 
 from mecsim.algorithms.base import Task, Upload
 from mecsim.executors import JobResult
-from mecsim.network import Transfer
+from mecsim.network import Delivery
 from mecsim.protocols.registry import register_protocol, uploading_task_index
 from mecsim.protocols.settings import ProtocolSettings
 from mecsim.simulation import Process, Simulation
@@ -98,8 +98,8 @@ class DeadlineSettings(ProtocolSettings):
 
 
 def _upload(sim: Simulation, round_: int, result: JobResult, arrived: list[Upload]) -> Process:
-    if result.upload is not None:
-        yield from sim.upload(round_, result.client, result.upload)
+    """Upload the job's payload; a failed upload (network.max_transfer_s) does not arrive."""
+    if result.upload is not None and (yield from sim.upload(round_, result.client, result.upload)):
         arrived.append(Upload(result.client, result.upload, sim.num_samples[result.client]))
 
 
@@ -109,10 +109,15 @@ def _start_round(sim: Simulation, round_: int, selected: Sequence[int]):
 
 
 def _caw_client(
-    sim: Simulation, round_: int, transfer: Transfer, result: JobResult, arrived: list[Upload]
+    sim: Simulation,
+    round_: int,
+    delivery: Delivery | None,
+    result: JobResult,
+    arrived: list[Upload],
 ) -> Process:
-    """Download, every task in order, then upload."""
-    yield from sim.download(round_, transfer)
+    """Download, every task in order, then upload (a client whose download failed sits out)."""
+    if not (yield from sim.download(round_, delivery)):
+        return
     yield from sim.compute_tasks(round_, result, sim.tasks(round_))
     sim.commit(result.client, result.state, sim.env.now)
     yield from _upload(sim, round_, result, arrived)
@@ -135,12 +140,12 @@ def compute_and_wait(sim: Simulation) -> Process:
     for round_ in range(sim.protocol.rounds):
         round_start = env.now
         selected = sim.select(round_)
-        payloads, transfers = _start_round(sim, round_, selected)
+        payloads, deliveries = _start_round(sim, round_, selected)
         results = sim.execute(round_, payloads)
         arrived: list[Upload] = []
         yield env.all_of(
             [
-                env.process(_caw_client(sim, round_, transfers[c], results[c], arrived))
+                env.process(_caw_client(sim, round_, deliveries.get(c), results[c], arrived))
                 for c in selected
             ]
         )
@@ -229,7 +234,7 @@ def _close_windows(sim: Simulation, windows: _Windows, closes: dict[int, float])
 def _wf_client(
     sim: Simulation,
     round_: int,
-    transfer: Transfer,
+    delivery: Delivery | None,
     payload: Payload | None,
     result: JobResult,
     early: tuple[Task, ...],
@@ -240,7 +245,8 @@ def _wf_client(
 ) -> Process:
     """Download, the tasks up to the upload, then upload while the personalized tasks run."""
     client = result.client
-    yield from sim.download(round_, transfer)
+    if not (yield from sim.download(round_, delivery)):
+        return
     yield from sim.compute_tasks(round_, result, early)
     ready = sim.env.now
     if windows is not None:
@@ -271,11 +277,9 @@ def wait_free(sim: Simulation) -> Process:
         early_names = tuple(t.name for t in early) if windows is not None else None
         selected = sim.select(round_)
         receivers = list(everyone) if p.broadcast_unselected else selected
-        payloads, transfers = _start_round(sim, round_, receivers)
+        payloads, deliveries = _start_round(sim, round_, receivers)
         if windows is not None:  # a window closes when the client's next model has arrived
-            _close_windows(
-                sim, windows, {c: round_start + transfers[c].duration_s for c in receivers}
-            )
+            _close_windows(sim, windows, _arrivals(deliveries, receivers, round_start))
         if pending is not None:  # no simulated time has passed since that round's aggregation
             sim.end_round(*pending)
             pending = None
@@ -286,7 +290,7 @@ def wait_free(sim: Simulation) -> Process:
                 _wf_client(
                     sim,
                     round_,
-                    transfers[c],
+                    deliveries.get(c),
                     payloads[c],
                     results[c],
                     early,
@@ -299,7 +303,9 @@ def wait_free(sim: Simulation) -> Process:
             for c in selected
         ]
         for c in set(receivers) - set(selected):  # appendix F (a): unselected clients get the model
-            clients.append(env.process(_receive(sim, round_, transfers[c], payloads[c], windows)))
+            clients.append(
+                env.process(_receive(sim, round_, c, deliveries.get(c), payloads[c], windows))
+            )
         yield env.all_of(clients)
         yield from _aggregate(sim, round_, arrived)
         if windows is None:
@@ -312,17 +318,39 @@ def wait_free(sim: Simulation) -> Process:
     yield env.all_of(personal)  # record the last personalized tasks (epochs budget)
 
 
+def _arrivals(
+    deliveries: dict[int, Delivery], receivers: Sequence[int], now: float
+) -> dict[int, float]:
+    """When each receiver's model arrives: its delivery's predicted end (the round's
+    downlink is the only traffic on the server's radio until then); a predicted
+    failure leaves the client's window open."""
+    out = {}
+    for c in receivers:
+        delivery = deliveries.get(c)
+        if delivery is None:
+            out[c] = now
+        elif not delivery.predicted_failure:
+            out[c] = delivery.predicted_end
+    return out
+
+
 def _receive(
-    sim: Simulation, round_: int, transfer: Transfer, payload, windows: _Windows | None
+    sim: Simulation,
+    round_: int,
+    client: int,
+    delivery: Delivery | None,
+    payload,
+    windows: _Windows | None,
 ) -> Process:
     """An unselected client receives the broadcast and (window budget) opens a new window."""
-    yield from sim.download(round_, transfer)
+    if not (yield from sim.download(round_, delivery)):
+        return
     if payload is not None:
-        state = sim.client_states[transfer.client]
-        sim.algorithm.receive(state, payload, sim.context(round_, transfer.client))
-        sim.commit(transfer.client, state, sim.env.now)
+        state = sim.client_states[client]
+        sim.algorithm.receive(state, payload, sim.context(round_, client))
+        sim.commit(client, state, max(sim.state_ready[client], sim.env.now))
         if windows is not None:
-            windows.open[transfer.client] = _Window(round_, sim.env.now, payload)
+            windows.open[client] = _Window(round_, sim.env.now, payload)
 
 
 @register_protocol(
@@ -337,11 +365,11 @@ def deadline(sim: Simulation) -> Process:
         round_start = env.now
         idle = [c for c in range(len(sim.clients)) if c not in busy]
         selected = sim.select(round_, idle) if idle else []
-        payloads, transfers = _start_round(sim, round_, selected)
+        payloads, deliveries = _start_round(sim, round_, selected)
         results = sim.execute(round_, payloads)
         arrived: list[Upload] = []
         procs = [
-            env.process(_deadline_client(sim, round_, transfers[c], results[c], arrived, busy))
+            env.process(_deadline_client(sim, round_, deliveries.get(c), results[c], arrived, busy))
             for c in selected
         ]
         busy.update(selected)
@@ -366,10 +394,10 @@ def deadline(sim: Simulation) -> Process:
 def _deadline_client(
     sim: Simulation,
     round_: int,
-    transfer: Transfer,
+    delivery: Delivery | None,
     result: JobResult,
     arrived: list[Upload],
     busy: set[int],
 ) -> Process:
-    yield from _caw_client(sim, round_, transfer, result, arrived)
+    yield from _caw_client(sim, round_, delivery, result, arrived)
     busy.discard(result.client)
