@@ -41,8 +41,43 @@ def time_split(events: pd.DataFrame) -> dict[str, float]:
     return {kind: float(per_round[kind].sum() / rounds) for kind in PHASES}
 
 
-def summarize(events: pd.DataFrame, rounds: pd.DataFrame) -> dict[str, Any]:
-    """Totals and per-round means of time, bytes, FLOPs and energy, and final accuracies."""
+BUSY = ("download", "compute", "upload")
+"""Phase prefixes during which a client is busy (waiting for spectrum is idle)."""
+
+
+def idle_seconds(events: pd.DataFrame, rounds: pd.DataFrame) -> pd.Series:
+    """Per client: seconds spent waiting in the rounds it took part in.
+
+    In each round a client has events in, from its first activity to the
+    round's end (its last activity if later), the time not spent downloading,
+    computing or uploading (overlaps count once). Asynchronous clients, which
+    start their next job as soon as one ends, come out near zero.
+    """
+    clients = events[events["client"] >= 0]
+    ends = rounds.set_index("round")["t_end"] if len(rounds) else pd.Series(dtype=float)
+    idle: dict[int, float] = {}
+    for (round_, client), rows in clients.groupby(["round", "client"]):
+        busy_rows = rows[rows["phase"].str.startswith(BUSY)]
+        start = float(rows["t_start"].min())
+        stop = max(float(ends.get(round_, rows["t_end"].max())), float(rows["t_end"].max()))
+        busy, reach = 0.0, start
+        for a, b in sorted(zip(busy_rows["t_start"], busy_rows["t_end"], strict=True)):
+            if b > reach:
+                busy += b - max(a, reach)
+                reach = b
+        idle[int(client)] = idle.get(int(client), 0.0) + max(stop - start - busy, 0.0)
+    return pd.Series(idle, dtype=float).sort_index()
+
+
+def summarize(
+    events: pd.DataFrame, rounds: pd.DataFrame, clients: pd.DataFrame | None = None
+) -> dict[str, Any]:
+    """Totals and per-round means of time, bytes, FLOPs and energy, and final accuracies.
+
+    Every figure is derived from the events table (idle energy: the clients
+    table's ``idle_power_w`` times :func:`idle_seconds`). Byte totals include
+    transfers outside the rounds (the public split's download, round -1).
+    """
     num_rounds = len(rounds)
     client_rows = events[events["client"] >= 0]
     server_rows = events[events["client"] < 0]
@@ -58,6 +93,25 @@ def summarize(events: pd.DataFrame, rounds: pd.DataFrame) -> dict[str, Any]:
         values = rounds[column].dropna()
         return float(values.max()) if len(values) else math.nan
 
+    idle_j = 0.0
+    if clients is not None and "idle_power_w" in clients:
+        power = clients.set_index("client")["idle_power_w"]
+        idle = idle_seconds(events, rounds)
+        idle_j = float((idle * power.reindex(idle.index).fillna(0.0)).sum())
+    energy = {
+        "client_compute": float(
+            client_rows.loc[client_rows["phase"].str.startswith("compute"), "energy_j"].sum()
+        ),
+        "client_transmit": float(
+            client_rows.loc[client_rows["direction"] == "up", "energy_j"].sum()
+        ),
+        "client_receive": float(
+            client_rows.loc[client_rows["direction"] == "down", "energy_j"].sum()
+        ),
+        "client_idle": idle_j,
+        "server": float(server_rows["energy_j"].sum()),
+    }
+    energy["total"] = float(events["energy_j"].sum()) + idle_j
     return {
         "rounds": num_rounds,
         "sim_time_s": float(rounds["t_end"].iloc[-1]) if num_rounds else 0.0,
@@ -74,18 +128,15 @@ def summarize(events: pd.DataFrame, rounds: pd.DataFrame) -> dict[str, Any]:
         },
         "bytes_up_per_round": float(rounds["bytes_up"].mean()) if num_rounds else 0.0,
         "bytes_down_per_round": float(rounds["bytes_down"].mean()) if num_rounds else 0.0,
-        "bytes_up_total": int(rounds["bytes_up"].sum()),
-        "bytes_down_total": int(rounds["bytes_down"].sum()),
+        "bytes_up_total": int(
+            events.loc[(events["direction"] == "up") & (events["role"] == "sender"), "bytes"].sum()
+        ),
+        "bytes_down_total": int(
+            events.loc[
+                (events["direction"] == "down") & (events["role"] == "receiver"), "bytes"
+            ].sum()
+        ),
         "client_flops_per_round": float(client_rows["flops"].sum() / max(num_rounds, 1)),
         "server_flops_per_round": float(server_rows["flops"].sum() / max(num_rounds, 1)),
-        "energy_j": {
-            "client_compute": float(
-                client_rows.loc[client_rows["phase"].str.startswith("compute"), "energy_j"].sum()
-            ),
-            "client_transmit": float(
-                client_rows.loc[client_rows["phase"] == "upload", "energy_j"].sum()
-            ),
-            "server": float(server_rows["energy_j"].sum()),
-            "total": float(events["energy_j"].sum()),
-        },
+        "energy_j": energy,
     }

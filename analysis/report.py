@@ -71,6 +71,8 @@ def render_report(name: str, summary: dict[str, Any]) -> str:
         "| --- | ---: |",
         f"| client compute | {energy['client_compute']:.3f} |",
         f"| client transmit | {energy['client_transmit']:.3f} |",
+        f"| client receive | {energy.get('client_receive', 0.0):.3f} |",
+        f"| client idle (waiting in a round) | {energy.get('client_idle', 0.0):.3f} |",
         f"| server (transmit + aggregation) | {energy['server']:.3f} |",
         f"| **total** | {energy['total']:.3f} |",
         "",

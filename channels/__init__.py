@@ -1,4 +1,4 @@
-"""Physical layer: path loss, fading, noise, SINR, rate and downlink bandwidth sharing.
+"""Physical layer: path loss, fading, noise, SINR, rate and a shared transmitter's sharing.
 
 Defaults follow KAPC Table 4 (-40 dB at 1 m, exponent 4, -174 dBm/Hz, fading
 gain 1). Units are SI: W, Hz, m, s, bits. Interference is taken in watts and
@@ -15,12 +15,7 @@ from mecsim.channels.fading import (
     RicianFading,
     make_fading,
 )
-from mecsim.channels.link import (
-    ChannelModel,
-    LinkSample,
-    broadcast_durations,
-    processor_sharing_durations,
-)
+from mecsim.channels.link import ChannelModel, LinkBudget
 from mecsim.channels.pathloss import LogDistancePathLoss
 from mecsim.channels.rate import noise_power_w, shannon_rate, snr
 from mecsim.channels.units import db_to_linear, dbm_to_w, linear_to_db, mhz_to_hz, w_to_dbm
@@ -29,20 +24,18 @@ __all__ = [
     "FADING",
     "ChannelModel",
     "Fading",
-    "LinkSample",
+    "LinkBudget",
     "LogDistancePathLoss",
     "LogNormalShadowing",
     "NoFading",
     "RayleighFading",
     "RicianFading",
-    "broadcast_durations",
     "db_to_linear",
     "dbm_to_w",
     "linear_to_db",
     "make_fading",
     "mhz_to_hz",
     "noise_power_w",
-    "processor_sharing_durations",
     "shannon_rate",
     "snr",
     "w_to_dbm",

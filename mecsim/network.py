@@ -37,10 +37,10 @@ import simpy
 from mecsim.channels import (
     ChannelModel,
     LogDistancePathLoss,
+    NoFading,
     dbm_to_w,
     make_fading,
 )
-from mecsim.channels.link import LinkBudget
 from mecsim.channels.sharing import (
     FadingTrack,
     PermanentOutage,
@@ -232,6 +232,27 @@ class Network:
                     "widen the cell or narrow clients.bandwidth_mhz",
                 )
         self.env: simpy.Environment | None = None
+        self._check_outage()
+
+    def _check_outage(self) -> None:
+        """Without fading or a deadline, a link below ``min_snr_db`` would never finish: say so
+        before the run starts (interference, drawn per transfer, is left out: best case)."""
+        if self.config.min_snr_db is None or self.config.max_transfer_s is not None:
+            return
+        if not isinstance(self.channel.fading, NoFading):
+            return
+        noise = dbm_to_w(self.config.noise_psd_dbm_hz)
+        for c in self.clients:
+            h = float(self.channel.pathloss.gain(c.distance_m))
+            down = self.server_tx_power_w * h / (noise * self.server_bandwidth_hz)
+            up = c.tx_power_w * h / (noise * c.bandwidth_hz)
+            if min(up, down) < self.min_sinr:
+                raise ConfigError(
+                    "network.min_snr_db",
+                    f"client {c.id}'s link never leaves outage ({10 * math.log10(min(up, down)):.1f}"
+                    f" dB < {self.config.min_snr_db} dB, no fading); lower min_snr_db or set "
+                    "network.max_transfer_s",
+                )
 
     def bind(self, env: simpy.Environment) -> None:
         """Attach the network to the run's event clock (the simulator calls this)."""
@@ -260,12 +281,10 @@ class Network:
     def _reception(self, direction: str, client: int, nbytes: int, key: tuple) -> Reception:
         link = self.config.uplink if direction == "up" else self.config.downlink
         psd = link.interference_dbm_hz
-        budget = LinkBudget(
-            path_gain=float(self.channel.pathloss.gain(self.clients[client].distance_m)),
-            noise_psd_w_hz=dbm_to_w(self.config.noise_psd_dbm_hz),
-            interference_psd_w_hz=0.0 if psd is None else dbm_to_w(psd),
+        budget = self.channel.budget(
+            self.clients[client].distance_m,
             interference_w=self._interference(link, direction, client, key),
-            spectral_efficiency=self.config.spectral_efficiency,
+            interference_psd_w_hz=0.0 if psd is None else float(dbm_to_w(psd)),
         )
         track = FadingTrack(
             self.channel.fading,

@@ -312,6 +312,8 @@ def run(
         check_target(run_dir, sc.output.overwrite)
     torch_device = resolve_device(device)
     cost_only = sc.execution.cost_only
+    clients = build_clients(sc)
+    network = Network(sc.network, clients, sc.seed)  # checks the links before any work
     data = build_data(sc, torch_device)
     num_train = [len(i) for i in data.train]
     models, per_sample = build_models(sc, data, torch_device, num_train)
@@ -333,7 +335,6 @@ def run(
         sc.seed,
         proximal=sc.protocol.local_proximal,
     )
-    clients = build_clients(sc)
     if cost_only:
         evaluator = CurveEvaluator(sc.execution.accuracy_curve)
     else:
@@ -342,7 +343,7 @@ def run(
     sim = Simulation(
         algorithm=algorithm,
         executor=build_executor(sc, ctx, executor),
-        network=Network(sc.network, clients, sc.seed),
+        network=network,
         clients=clients,
         indices=[data.client_indices(c) for c in range(sc.clients.count)],
         server_device=DEVICES.get(sc.server.device),
@@ -383,6 +384,8 @@ def run(
             "tx_power_dbm": [c.tx_power_dbm for c in clients],
             "device": [c.device.name for c in clients],
             "device_flops_per_s": [c.device.flops_per_s for c in clients],
+            "rx_power_w": [c.device.rx_power_w for c in clients],
+            "idle_power_w": [c.device.idle_power_w for c in clients],
             "num_train": num_train,
             "num_val": [len(v) for v in data.val],
             "num_test": [len(t) for t in data.test],
@@ -399,7 +402,7 @@ def run(
         "algorithm": sc.algorithm.name,
         "partition_redraws": data.partition_redraws,
         "clients_without_local_test": 0 if cost_only else sum(len(t) == 0 for t in data.test),
-        **summarize(events, rounds),
+        **summarize(events, rounds, clients_table),
     }
     result = RunResult(
         sc, events, rounds, clients_table, summary, run_dir, sim.server_state, sim.client_states

@@ -65,9 +65,7 @@ def closed_form_network(count: int = 3) -> Network:
 
 
 def clients(count: int = 3) -> list[ClientProfile]:
-    return [
-        ClientProfile(c, 100.0, PAYLOAD_BITS / UP_S[c], 20.0, DEVICE) for c in range(count)
-    ]
+    return [ClientProfile(c, 100.0, PAYLOAD_BITS / UP_S[c], 20.0, DEVICE) for c in range(count)]
 
 
 class StubEvaluator:
