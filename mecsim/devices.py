@@ -52,4 +52,8 @@ for _name, _flops, _power, _rx, _idle, _desc in [
     ("jetson", 1e12, 15.0, 1.0, 2.0, "embedded edge GPU (Jetson class): 1 TFLOP/s, 15 W"),
     ("edge-server", 2e13, 300.0, 5.0, 50.0, "edge GPU server: 20 TFLOP/s, 300 W"),
 ]:
-    DEVICES.add(_name, DeviceProfile(_name, _flops, _power, _rx, _idle), _desc)
+    DEVICES.add(
+        _name,
+        DeviceProfile(_name, _flops, _power, _rx, _idle),
+        f"{_desc}; receive {_rx:g} W, idle {_idle:g} W",
+    )
