@@ -191,3 +191,27 @@ def test_wait_free_saves_idle_energy(tiny):
     wf = mecsim.run(tiny, base + ["protocol.kind=wait_free"], write=False).summary["energy_j"]
 
     assert wf["client_idle"] < caw
+
+
+def test_interference_psd_equal_to_the_noise_costs_exactly_3_db(tiny):
+    plain = mecsim.run(tiny, FAST, write=False).events
+    noisy = mecsim.run(
+        tiny, FAST + ["network.downlink.interference_dbm_hz=-174"], write=False
+    ).events
+
+    def snr(e):
+        return e[e["phase"] == "download"]["snr_db"].to_numpy()
+
+    np.testing.assert_allclose(snr(plain) - snr(noisy), 10 * math.log10(2), atol=1e-9)
+
+
+def test_worst_rate_broadcast_delivers_to_everyone_at_the_slowest_time(tiny):
+    spread = ["algorithm.steps=2", "protocol.rounds=1"]  # clients at their own distances
+    rateless = mecsim.run(tiny, spread, write=False).events
+    worst = mecsim.run(tiny, spread + ["network.downlink.broadcast_rate=worst"], write=False).events
+
+    def ends(e):
+        return e[e["phase"] == "download"]["t_end"].to_numpy()
+
+    assert len(set(ends(rateless))) > 1
+    np.testing.assert_allclose(ends(worst), ends(rateless).max())
