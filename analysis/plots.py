@@ -25,7 +25,8 @@ def plot_accuracy(rounds: pd.DataFrame, path: Path, title: str) -> None:
     ax.set_ylabel("accuracy")
     ax.set_title(title)
     ax.grid(alpha=0.3)
-    ax.legend()
+    if ax.get_legend_handles_labels()[0]:  # cost-only runs without a curve have no accuracy
+        ax.legend()
     fig.tight_layout()
     fig.savefig(path, format="png", dpi=120)
     plt.close(fig)

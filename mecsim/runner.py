@@ -31,7 +31,14 @@ from mecsim.executors.cost_only import CostOnlyExecutor
 from mecsim.models import build_model, forward_flops_per_sample
 from mecsim.models.catalog import Architecture, ModelCatalog
 from mecsim.network import ClientProfile, Network
-from mecsim.output import atomic_directory, check_target, default_run_dir, write_file
+from mecsim.output import (
+    atomic_directory,
+    claim_default_run_dir,
+    claim_run_dir,
+    json_safe,
+    release,
+    write_file,
+)
 from mecsim.protocols import PROTOCOLS
 from mecsim.rng import derive_seed, numpy_rng
 from mecsim.scenario import Scenario, load_scenario, resolved_toml
@@ -307,9 +314,29 @@ def run(
     """
     sc = load_scenario(scenario, overrides)
     run_dir = None
-    if write:
-        run_dir = Path(out) if out is not None else default_run_dir(sc.output.dir, sc.name, sc.seed)
-        check_target(run_dir, sc.output.overwrite)
+    if write:  # claim the target before any work: no other run can take it meanwhile
+        if out is not None:
+            run_dir = claim_run_dir(Path(out), sc.output.overwrite)
+        else:
+            name = sc.output.name or f"{sc.name}-seed{sc.seed}"
+            run_dir = claim_default_run_dir(sc.output.dir, name)
+    try:
+        return _run(sc, run_dir, device=device, executor=executor, write=write, progress=progress)
+    finally:
+        if run_dir is not None:
+            release(run_dir)
+
+
+def _run(
+    sc: Scenario,
+    run_dir: Path | None,
+    *,
+    device: str | None,
+    executor: str | None,
+    write: bool,
+    progress: bool | None,
+) -> RunResult:
+    """Build everything and simulate (``run`` after the target is claimed)."""
     torch_device = resolve_device(device)
     cost_only = sc.execution.cost_only
     clients = build_clients(sc)
@@ -428,7 +455,9 @@ def write_run_directory(result: RunResult, run_dir: Path) -> None:
             write_file(tmp / f"{name}.csv", lambda p, t=table: t.to_csv(p, index=False))
         write_file(
             tmp / "summary.json",
-            lambda p: p.write_text(json.dumps(result.summary, indent=2) + "\n"),
+            lambda p: p.write_text(
+                json.dumps(json_safe(result.summary), indent=2, allow_nan=False) + "\n"
+            ),
         )
         write_file(
             tmp / "report.md",

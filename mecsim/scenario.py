@@ -177,9 +177,17 @@ class ServerConfig(Section):
     device: str = "edge-server"
 
 
+SAFE_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
+"""A run or scenario name: one path component (letters, digits, ``._-``), never ``..``."""
+
+
 class OutputConfig(Section):
     dir: str = "runs"
-    name: str | None = None
+    name: str | None = Field(
+        default=None,
+        pattern=SAFE_NAME,
+        description="run directory name under dir (default: <name>-seed<seed>)",
+    )
     overwrite: bool = False
     progress: bool = True
 
@@ -236,7 +244,7 @@ class CompareConfig(Section):
 class Scenario(Section):
     """A whole scenario; build one with :func:`load_scenario` or :func:`validate_scenario`."""
 
-    name: str = "scenario"
+    name: str = Field(default="scenario", pattern=SAFE_NAME)
     seed: int = 0
     data: DataConfig = DataConfig()
     model: ModelConfig = ModelConfig()

@@ -13,6 +13,7 @@ from mecsim.rng import derive_seed
 from mecsim.state import ModelState, payload_nbytes
 
 OUTPUT_FILES = {
+    ".mecsim-run",
     "scenario.resolved.toml",
     "summary.json",
     "report.md",

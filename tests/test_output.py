@@ -1,0 +1,97 @@
+"""Output safety: claimed targets, overwrite only of mecsim's own directories, strict JSON."""
+
+import json
+import os
+import stat
+
+import pytest
+
+import mecsim
+from mecsim.cli import main
+from mecsim.output import MARKER
+
+COST_ONLY = ["execution.cost_only=true", "clients.num_samples=20", "protocol.rounds=1"]
+
+
+def run_cli(tiny, tmp_path, *extra: str) -> int:
+    import tomli_w
+
+    path = tmp_path / "s.toml"
+    path.write_text(tomli_w.dumps(tiny))
+    return main(["run", str(path), *extra] + [f"--set={o}" for o in COST_ONLY])
+
+
+def test_a_default_name_claimed_by_a_live_run_is_never_reused(tiny, tmp_path):
+    tiny["output"]["dir"] = str(tmp_path)
+    # another live process (our parent) has claimed the default name
+    (tmp_path / ".tiny-seed3.claim").write_text(str(os.getppid()))
+    result = mecsim.run(tiny, COST_ONLY)
+
+    assert result.run_dir == tmp_path / "tiny-seed3-2"
+    assert not (tmp_path / "tiny-seed3").exists()
+    assert not (tmp_path / ".tiny-seed3-2.claim").exists()  # released when done
+
+
+def test_an_explicit_out_claimed_by_a_live_run_is_refused_before_work(tiny, tmp_path, capsys):
+    target = tmp_path / "run"
+    (tmp_path / ".run.claim").write_text(str(os.getppid()))
+    assert run_cli(tiny, tmp_path, "--out", str(target)) == 2
+    assert "another running mecsim process" in capsys.readouterr().err
+    assert not target.exists()
+
+
+def test_a_stale_claim_is_taken_over(tiny, tmp_path):
+    (tmp_path / ".run.claim").write_text("999999999")  # no such process
+    result = mecsim.run(tiny, COST_ONLY, out=tmp_path / "run")
+    assert (result.run_dir / MARKER).is_file()
+
+
+def test_overwrite_replaces_only_mecsims_own_directories(tiny, tmp_path, capsys, monkeypatch):
+    tiny["output"]["overwrite"] = True
+    mine = tmp_path / "mine"
+    mecsim.run(tiny, COST_ONLY, out=mine)
+    assert run_cli(tiny, tmp_path, "--out", str(mine)) == 0  # a mecsim run: replaced
+
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    (theirs / "thesis.tex").write_text("years of work")
+    assert run_cli(tiny, tmp_path, "--out", str(theirs)) == 2
+    assert (theirs / "thesis.tex").read_text() == "years of work"
+    assert "not written by mecsim" in capsys.readouterr().err
+
+    monkeypatch.chdir(mine)  # even a mecsim directory is not replaced while we stand in it
+    assert run_cli(tiny, tmp_path, "--out", ".") == 2
+    assert (mine / MARKER).is_file()
+
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("keep")
+    assert run_cli(tiny, tmp_path, "--out", str(a_file)) == 2
+    assert a_file.read_text() == "keep"
+
+
+def test_summary_is_strict_json_with_null_for_missing_accuracy(tiny, tmp_path):
+    result = mecsim.run(tiny, COST_ONLY, out=tmp_path / "run")  # no curve: accuracy is NaN
+    text = (result.run_dir / "summary.json").read_text()
+
+    summary = json.loads(text, parse_constant=lambda c: pytest.fail(f"bare {c} in JSON"))
+    assert summary["final_generic_acc"] is None
+
+
+def test_names_cannot_leave_the_output_directory(tiny, tmp_path):
+    from mecsim.scenario import ScenarioError
+
+    for bad in ({"name": "../../x"}, {"output": {"name": "../x"}}, {"name": "a/b"}):
+        with pytest.raises(ScenarioError, match="name"):
+            mecsim.load_scenario(tiny | bad)
+
+
+def test_output_name_names_the_run_directory_and_permissions_follow_the_umask(tiny, tmp_path):
+    tiny["output"].update({"dir": str(tmp_path), "name": "chosen"})
+    old = os.umask(0o022)
+    try:
+        result = mecsim.run(tiny, COST_ONLY)
+    finally:
+        os.umask(old)
+
+    assert result.run_dir == tmp_path / "chosen"
+    assert stat.S_IMODE(result.run_dir.stat().st_mode) == 0o755
