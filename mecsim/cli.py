@@ -96,11 +96,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             from mecsim.scenario import apply_overrides, read_scenario_file, validate_scenario
 
             data = apply_overrides(read_scenario_file(args.scenario), args.overrides)
-            _, problems = validate_scenario(data)
+            scenario, problems = validate_scenario(data)
             for problem in problems:
                 sys.stderr.write(f"error: {problem}\n")
             if problems:
                 return 2
+            from mecsim.runner import check_world
+
+            check_world(scenario)  # the checks run makes before any work: clients, links
             sys.stdout.write(f"{args.scenario}: ok\n")
             return 0
         if args.command == "compare":

@@ -13,4 +13,4 @@ from pydantic import BaseModel, ConfigDict
 class Section(BaseModel):
     """Base of every scenario section: unknown keys are errors, defaults are validated."""
 
-    model_config = ConfigDict(extra="forbid", validate_default=True)
+    model_config = ConfigDict(extra="forbid", validate_default=True, allow_inf_nan=False)

@@ -75,6 +75,14 @@ def resolve_device(device: str | None) -> torch.device:
     return torch.device(name)
 
 
+CLIENT_RANGES = {
+    "distance_m": (0.0, 1e6, True),
+    "bandwidth_mhz": (0.0, 1e5, True),
+    "tx_power_dbm": (-50.0, 60.0, False),
+}
+"""(low, high, low exclusive) of each sampled client attribute: physically sensible bounds."""
+
+
 def build_clients(scenario: Scenario) -> list[ClientProfile]:
     """Sample each client's radio and device from the scenario's attribute streams."""
     cfg, n, seed = scenario.clients, scenario.clients.count, scenario.seed
@@ -82,12 +90,22 @@ def build_clients(scenario: Scenario) -> list[ClientProfile]:
     bandwidth = sample_attribute(cfg.bandwidth_mhz, numpy_rng(seed, "clients", "bandwidth_mhz"), n)
     power = sample_attribute(cfg.tx_power_dbm, numpy_rng(seed, "clients", "tx_power_dbm"), n)
     device = sample_attribute(cfg.device, numpy_rng(seed, "clients", "device"), n)
-    for key, values in (("distance_m", distance), ("bandwidth_mhz", bandwidth)):
-        bad = [i for i, v in enumerate(values) if float(v) <= 0]
-        if bad:
+    for key, values in (
+        ("distance_m", distance),
+        ("bandwidth_mhz", bandwidth),
+        ("tx_power_dbm", power),
+    ):
+        low, high, positive = CLIENT_RANGES[key]
+        values = np.asarray(values, dtype=float)
+        bad = np.flatnonzero(
+            ~np.isfinite(values) | (values > high) | (values <= low if positive else values < low)
+        )
+        if len(bad):
+            bound = f"in ({low:g}, {high:g}]" if positive else f"in [{low:g}, {high:g}]"
             raise ConfigError(
                 f"clients.{key}",
-                f"sampled a value <= 0 for client {bad[0]}; use a positive distribution",
+                f"sampled {values[bad[0]]:g} for client {int(bad[0])}; every value must lie "
+                f"{bound}: narrow the distribution",
             )
     return [
         ClientProfile(
@@ -99,6 +117,12 @@ def build_clients(scenario: Scenario) -> list[ClientProfile]:
         )
         for i in range(n)
     ]
+
+
+def check_world(scenario: Scenario) -> None:
+    """The checks a run makes before any work that the schema cannot: sampled client
+    attributes in range, links that can leave outage, a cell band wide enough."""
+    Network(scenario.network, build_clients(scenario), scenario.seed)
 
 
 @dataclass

@@ -223,6 +223,8 @@ class ExecutionConfig(Section):
                 )
             if not self.cost_only:
                 raise ValueError("accuracy_curve is only used with cost_only = true")
+            if any(not 0.0 <= a <= 1.0 for _, a in self.accuracy_curve):
+                raise ValueError("accuracy_curve accuracies must lie in [0, 1]")
         return self
 
 

@@ -95,3 +95,32 @@ def test_output_name_names_the_run_directory_and_permissions_follow_the_umask(ti
 
     assert result.run_dir == tmp_path / "chosen"
     assert stat.S_IMODE(result.run_dir.stat().st_mode) == 0o755
+
+
+@pytest.mark.parametrize(
+    ("override", "field"),
+    [
+        ("clients.bandwidth_mhz=nan", "clients.bandwidth_mhz"),
+        ("clients.distance_m=inf", "clients.distance_m"),
+        ("clients.tx_power_dbm=inf", "clients.tx_power_dbm"),
+        ("network.noise_psd_dbm_hz=nan", "network.noise_psd_dbm_hz"),
+        ("clients.bandwidth_mhz=1e308", "clients.bandwidth_mhz"),
+        ('clients.bandwidth_mhz={dist="lognormal",mu=1000}', "clients.bandwidth_mhz"),
+        ('clients.distance_m={dist="uniform",low=1,high=inf}', "clients.distance_m"),
+        ("execution.accuracy_curve=[[0,0.1],[5,1.5]]", "execution"),
+    ],
+)
+def test_non_finite_and_absurd_numbers_are_refused_by_validate_and_run(
+    tiny, tmp_path, capsys, override, field
+):
+    import tomli_w
+
+    path = tmp_path / "s.toml"
+    path.write_text(tomli_w.dumps(tiny))
+    extra = [f"--set={o}" for o in COST_ONLY] + [f"--set={override}"]
+
+    assert main(["validate", str(path), *extra]) == 2
+    assert main(["run", str(path), "--out", str(tmp_path / "run"), *extra]) == 2
+    err = capsys.readouterr().err
+    assert field in err and "Traceback" not in err
+    assert not (tmp_path / "run").exists()
