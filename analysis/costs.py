@@ -114,6 +114,7 @@ def summarize(
     energy["total"] = float(events["energy_j"].sum()) + idle_j
     return {
         "rounds": num_rounds,
+        "rounds_without_updates": int((rounds["updates"] == 0).sum()) if "updates" in rounds else 0,
         "sim_time_s": float(rounds["t_end"].iloc[-1]) if num_rounds else 0.0,
         "wall_time_s": float(rounds["wall_s"].sum()),
         "mean_round_s": float(durations.mean()) if num_rounds else 0.0,

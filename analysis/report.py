@@ -26,7 +26,8 @@ def render_report(name: str, summary: dict[str, Any]) -> str:
     lines = [
         f"# mecsim report: {name}",
         "",
-        f"- rounds: {summary['rounds']}",
+        f"- rounds: {summary['rounds']}"
+        f" ({summary.get('rounds_without_updates', 0)} without any client update)",
         f"- simulated time: {summary['sim_time_s']:.2f} s (mean round {summary['mean_round_s']:.3f} s)",
         f"- wall time: {summary['wall_time_s']:.2f} s",
         f"- final generic accuracy: {_fmt_acc(summary['final_generic_acc'])}"

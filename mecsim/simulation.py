@@ -11,6 +11,7 @@ keyed by time, priority and insertion id), so runs are deterministic.
 from __future__ import annotations
 
 import gc
+import logging
 import time
 from collections.abc import Callable, Generator, Sequence
 from typing import TYPE_CHECKING, Any
@@ -22,6 +23,7 @@ from mecsim.algorithms.base import SERVER, Algorithm, ClientState, RoundContext,
 from mecsim.channels.sharing import Reception, Transmission
 from mecsim.cost import compute_cost
 from mecsim.devices import DeviceProfile
+from mecsim.errors import ConfigError
 from mecsim.evaluation import Evaluation, Evaluator
 from mecsim.executors import ClientJob, Executor, JobResult, TrainingContext
 from mecsim.executors.base import job_context, step_flops
@@ -34,6 +36,8 @@ if TYPE_CHECKING:
     from mecsim.protocols.settings import ProtocolSettings
 
 Process = Generator[simpy.Event, Any, Any]
+
+log = logging.getLogger(__name__)
 
 
 class Simulation:
@@ -83,6 +87,9 @@ class Simulation:
         """Simulated time the server state was last updated."""
         self._wall_start = time.perf_counter()
         self._train_wall_s = 0.0
+        self._updates = 0
+        self.total_updates = 0
+        """Client updates the server has applied (this round / in all)."""
 
     # --- decisions -------------------------------------------------------------------
     @property
@@ -329,18 +336,28 @@ class Simulation:
     def aggregate(self, round_: int, uploads: list[Upload]) -> Process:
         """Server aggregates (FLOPs / server FLOP/s), then runs its server tasks, if any."""
         flops = self.algorithm.aggregation_flops(self.server_state, uploads)
+        self._updates += len(uploads)
         yield from self._server_compute(round_, "aggregate", flops)
         self.server_state = self.algorithm.aggregate(
             self.server_state, uploads, self.context(round_, SERVER)
         )
         yield from self.server_work(round_)
 
-    def mix(self, round_: int, upload: Upload, weight: float, flops: int | None = None) -> Process:
+    def mix(
+        self,
+        round_: int,
+        upload: Upload,
+        weight: float,
+        flops: int | None = None,
+        count: int = 1,
+    ) -> Process:
         """Asynchronous server update through the algorithm's ``mix`` hook, timed like aggregate.
 
         ``flops`` defaults to averaging the upload with the current values of
-        the same entries (two payloads of the upload's size).
+        the same entries (two payloads of the upload's size); ``count`` is the
+        number of client updates it applies (a FedBuff buffer's size).
         """
+        self._updates += count
         if flops is None:
             flops = self.algorithm.aggregation_flops(self.server_state, [upload, upload])
         yield from self._server_compute(round_, "aggregate", flops)
@@ -425,8 +442,17 @@ class Simulation:
             "personal_acc_std": evaluation.personal_acc_std if evaluation else nan,
             "wall_s": now - self._wall_start,
             "wall_train_s": self._train_wall_s,
+            "updates": self._updates,
             **extra,
         }
+        if self._updates == 0 and self._uploads:
+            log.warning(
+                "round %d: no client update reached the server (deadline, failed or "
+                "late transfers); the global model did not change",
+                round_,
+            )
+        self.total_updates += self._updates
+        self._updates = 0
         self.recorder.round(**row)
         self._wall_start = now
         self._train_wall_s = 0.0
@@ -505,3 +531,15 @@ class Simulation:
             self.env.run(until=self.env.process(self._run(protocol_process)))
         finally:
             gc.unfreeze()
+        if self._uploads and self.total_updates == 0:
+            raise ConfigError(
+                "protocol",
+                "no client update reached the server in any round: every upload was late, "
+                "dropped or failed; lengthen protocol.deadline_s or network.max_transfer_s, "
+                "or lower network.min_snr_db",
+            )
+
+    @property
+    def _uploads(self) -> bool:
+        """Whether the algorithm's clients upload at all (``local`` does not)."""
+        return any(t.uploads for t in self.algorithm.round_tasks(0))

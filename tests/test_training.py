@@ -135,3 +135,20 @@ def test_batch_order_uses_all_samples_when_fewer_than_a_batch():
 
     assert order.shape == (4, 3)
     assert all(sorted(row.tolist()) == [0, 1, 2] for row in order)
+
+
+def test_a_diverging_learning_rate_stops_the_run_naming_round_client_and_setting(
+    tiny, tmp_path, capsys
+):
+    import tomli_w
+
+    from mecsim.cli import main
+
+    tiny["algorithm"]["lr"] = 1e30
+    path = tmp_path / "s.toml"
+    path.write_text(tomli_w.dumps(tiny))
+
+    assert main(["run", str(path), "--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert "algorithm.lr" in err and "round 0" in err and "client" in err
+    assert "Traceback" not in err and not (tmp_path / "run").exists()

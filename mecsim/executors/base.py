@@ -22,6 +22,7 @@ from torch import Tensor
 from mecsim.algorithms.base import Algorithm, ClientState, RoundContext, Task
 from mecsim.algorithms.losses import proximal
 from mecsim.cost import StepMeter
+from mecsim.errors import ConfigError
 from mecsim.models.catalog import ModelCatalog
 from mecsim.rng import torch_generator
 from mecsim.state import ModelState, Payload, TensorDict
@@ -219,6 +220,8 @@ def run_tasks(
                 task, schedule, arch, [jobs[i] for i in members], starts, consts, ctx.seed, ctx.data
             )
             outcomes = infer_many(ctx, batch) if task.mode == "infer" else train_many(batch)
+            if task.mode == "train":
+                check_finite(task, batch.jobs, outcomes)
             for i, start, const, outcome in zip(members, starts, consts, outcomes, strict=True):
                 algorithm.end_task(task, states[i], outcome, contexts[i])
                 result = results[i]
@@ -229,6 +232,19 @@ def run_tasks(
                 if task.uploads:
                     result.upload = algorithm.upload(states[i], contexts[i])
     return results
+
+
+def check_finite(task: Task, jobs: Sequence[ClientJob], outcomes: Sequence[TrainResult]) -> None:
+    """Stop the run with a clear error when training made a model's weights non-finite."""
+    for job, outcome in zip(jobs, outcomes, strict=True):
+        params = [t for t in outcome.state.params.values() if not t.is_meta]
+        if params and not all(bool(torch.isfinite(t).all()) for t in params):
+            who = "the server" if job.server else f"client {job.client}"
+            raise ConfigError(
+                "algorithm.lr",
+                f"training diverged in round {job.round}, {who}, task {task.name!r}: the weights "
+                "became NaN or infinite; lower the learning rate (algorithm.lr or the task's own)",
+            )
 
 
 def infer_many(ctx: TrainingContext, batch: TaskBatch) -> list[TrainResult]:

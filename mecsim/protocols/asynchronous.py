@@ -197,7 +197,7 @@ def _run(sim: Simulation, buffered: bool) -> Process:
                 continue
             current = sim.algorithm.downlink(sim.server_state, sim.context(update, None))
             new, flops = buffered_update(current or {}, buffer, server.version, p)
-            yield from sim.mix(update, Upload(SERVER, new, 0), 1.0, flops=flops)
+            yield from sim.mix(update, Upload(SERVER, new, 0), 1.0, flops=flops, count=len(buffer))
             extra = {
                 "buffered": len(buffer),
                 "max_staleness": max(server.version - a.version for a in buffer),
