@@ -4,8 +4,14 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
+import signal
 import sys
+import tempfile
+import time
+import traceback
 from collections.abc import Sequence
+from pathlib import Path
 
 from mecsim.errors import MecsimError
 
@@ -82,10 +88,48 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+class Terminated(BaseException):
+    """SIGTERM (what job schedulers send), raised where the run is, like Ctrl-C."""
+
+
+def _on_sigterm(signum, frame) -> None:
+    raise Terminated
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point; returns the process exit code (0 ok, 2 bad input)."""
+    """Entry point; returns the process exit code.
+
+    0 ok; 2 bad input (one line naming the field); 1 an internal error (a bug:
+    its traceback is saved to a file); 130 / 143 interrupted by SIGINT / SIGTERM,
+    in which case nothing is written at the target.
+    """
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    try:
+        previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    except ValueError:  # not the main thread: leave signals alone
+        previous = None
+    try:
+        return _main(args)
+    except (KeyboardInterrupt, Terminated) as stop:
+        name = "SIGTERM" if isinstance(stop, Terminated) else "SIGINT"
+        sys.stderr.write(f"interrupted ({name}): stopped; nothing was written at the target\n")
+        return 143 if isinstance(stop, Terminated) else 130
+    except Exception:
+        report = Path(tempfile.gettempdir()) / f"mecsim-crash-{os.getpid()}-{int(time.time())}.txt"
+        report.write_text(traceback.format_exc())
+        exc = sys.exc_info()[1]
+        sys.stderr.write(
+            f"internal error (a bug in mecsim, not your input): {type(exc).__name__}: {exc}; "
+            f"traceback saved to {report}\n"
+        )
+        return 1
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _main(args: argparse.Namespace) -> int:
     log = logging.getLogger("mecsim")
     try:
         if args.command == "list":
@@ -166,7 +210,14 @@ def _compare(args: argparse.Namespace) -> int:
     if not runs:
         raise ConfigError("runs", "give run directories or --scenario to compare")
     if args.targets:
-        targets = [float(t) for t in args.targets.split(",")]
+        try:
+            targets = [float(t) for t in args.targets.split(",")]
+        except ValueError:
+            raise ConfigError(
+                "--targets", f"{args.targets!r}: give numbers, e.g. 0.4,0.8"
+            ) from None
+        if not all(0 <= t <= 1 for t in targets):
+            raise ConfigError("--targets", "accuracy targets lie in [0, 1]")
     table = compare(runs, targets or [0.4, 0.8], Path(args.out) / "comparison")
     columns = ["run"] + [c for c in table.columns if c.startswith(("pm_time", "pm_speedup"))]
     sys.stdout.write(

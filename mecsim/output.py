@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import tempfile
@@ -24,6 +25,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from mecsim.errors import ConfigError
+
+log = logging.getLogger(__name__)
 
 MARKER = ".mecsim-run"
 """File every directory mecsim writes contains; only such a directory may be overwritten."""
@@ -74,11 +77,48 @@ def release(run_dir: Path) -> None:
         pass
 
 
+def remove_stale_partials(parent: Path) -> list[Path]:
+    """Remove half-written directories (``.NAME.partial-PID-*``, ``.NAME.old-PID-*``) and
+    claims left in ``parent`` by processes that are gone (killed mid-write); return them."""
+    removed: list[Path] = []
+    if not parent.is_dir():
+        return removed
+    for path in parent.glob(".*"):
+        pid = _owner(path)
+        if pid is None or _alive(pid):
+            continue
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+        removed.append(path)
+    for path in removed:
+        log.warning("removed %s, left by a run that was killed while writing", path)
+    return removed
+
+
+def _owner(path: Path) -> int | None:
+    """The pid of the mecsim process that made ``path``, if it is one of mecsim's leftovers."""
+    name = path.name
+    if name.endswith(".claim"):
+        try:
+            text = path.read_text().strip()
+        except OSError:
+            return None
+        return int(text) if text.isdigit() else None
+    for tag in (".partial-", ".old-"):
+        if tag in name:
+            digits = name.rsplit(tag, 1)[1].split("-", 1)[0]
+            return int(digits) if digits.isdigit() else None
+    return None
+
+
 def claim_default_run_dir(base: str | Path, name: str) -> Path:
     """Claim ``base/<name>``, or ``-2``, ``-3``, ... appended if taken or claimed."""
     base = Path(base)
     _check_parent(base / name)
     base.mkdir(parents=True, exist_ok=True)
+    remove_stale_partials(base)
     candidate, n = base / name, 2
     while candidate.exists() or not _try_claim(candidate):
         candidate = base / f"{name}-{n}"
@@ -90,6 +130,7 @@ def claim_run_dir(run_dir: Path, overwrite: bool) -> Path:
     """Claim an explicit ``run_dir`` before any work (see :func:`check_target`)."""
     check_target(run_dir, overwrite)
     run_dir.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_partials(run_dir.parent)
     if not _try_claim(run_dir):
         raise ConfigError(
             "output.dir",
@@ -149,7 +190,9 @@ def atomic_directory(run_dir: Path, overwrite: bool = False) -> Iterator[Path]:
     run_dir = Path(run_dir)
     check_target(run_dir, overwrite)
     run_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{run_dir.name}.partial-", dir=run_dir.parent))
+    tmp = Path(
+        tempfile.mkdtemp(prefix=f".{run_dir.name}.partial-{os.getpid()}-", dir=run_dir.parent)
+    )
     try:
         yield tmp
         (tmp / MARKER).write_text(json.dumps({"pid": os.getpid()}) + "\n")
@@ -158,7 +201,9 @@ def atomic_directory(run_dir: Path, overwrite: bool = False) -> Iterator[Path]:
         tmp.chmod(0o777 & ~umask)
         check_target(run_dir, overwrite)
         if run_dir.exists():
-            trash = Path(tempfile.mkdtemp(prefix=f".{run_dir.name}.old-", dir=run_dir.parent))
+            trash = Path(
+                tempfile.mkdtemp(prefix=f".{run_dir.name}.old-{os.getpid()}-", dir=run_dir.parent)
+            )
             os.replace(run_dir, trash / "run")
             os.replace(tmp, run_dir)
             shutil.rmtree(trash, ignore_errors=True)

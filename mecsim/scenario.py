@@ -12,6 +12,7 @@ returns every problem with its dotted path.
 from __future__ import annotations
 
 import copy
+import logging
 import platform
 from dataclasses import dataclass
 from pathlib import Path
@@ -544,9 +545,13 @@ def read_scenario_file(path: str | Path) -> dict[str, Any]:
     if not path.is_file():
         raise ConfigError("SCENARIO", f"file not found: {path}")
     try:
-        data = tomllib.loads(path.read_text())
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise ConfigError("SCENARIO", f"{path} is not UTF-8 text; save it as UTF-8") from None
     except tomllib.TOMLDecodeError as error:
         raise ConfigError("SCENARIO", f"{path} is not valid TOML: {error}") from None
+    if not data:
+        logging.getLogger(__name__).info("%s is empty: every setting takes its default", path)
     data.setdefault("name", path.stem)
     return data
 

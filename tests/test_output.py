@@ -124,3 +124,66 @@ def test_non_finite_and_absurd_numbers_are_refused_by_validate_and_run(
     err = capsys.readouterr().err
     assert field in err and "Traceback" not in err
     assert not (tmp_path / "run").exists()
+
+
+def test_sigterm_mid_run_stops_cleanly_and_writes_nothing(tiny, tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import tomli_w
+
+    tiny["protocol"]["rounds"] = 100_000
+    tiny["output"]["progress"] = False
+    path = tmp_path / "s.toml"
+    path.write_text(tomli_w.dumps(tiny))
+    target = tmp_path / "run"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mecsim", "run", str(path), "--out", str(target)],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.time() + 60
+    while not (tmp_path / ".run.claim").exists() and time.time() < deadline:
+        time.sleep(0.1)
+    time.sleep(1.0)  # well into training
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+
+    assert proc.returncode == 143
+    assert "interrupted (SIGTERM)" in err and "Traceback" not in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.toml"]  # no target, claim, partial
+
+
+def test_leftovers_of_a_killed_run_are_removed_by_the_next_run(tiny, tmp_path, caplog):
+    dead = tmp_path / ".old-run.partial-999999999-abcd"
+    dead.mkdir()
+    (dead / "events.csv").write_text("half")
+    (tmp_path / ".old-run.claim").write_text("999999999")
+    with caplog.at_level("WARNING", logger="mecsim"):
+        mecsim.run(tiny, COST_ONLY, out=tmp_path / "new-run")
+
+    assert not dead.exists() and not (tmp_path / ".old-run.claim").exists()
+    assert "killed while writing" in caplog.text
+
+
+def test_unreadable_inputs_and_internal_errors_end_in_one_line(tmp_path, capsys, monkeypatch):
+    latin = tmp_path / "latin.toml"
+    latin.write_bytes('name = "caf\xe9"\n'.encode("latin-1"))
+    assert main(["validate", str(latin)]) == 2
+    assert "not UTF-8" in capsys.readouterr().err
+
+    assert main(["compare", "--out", str(tmp_path / "c"), "--targets", "x", "nowhere"]) == 2
+
+    import mecsim.runner
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(mecsim.runner, "run", broken)
+    assert main(["run", "scenarios/quickstart.toml"]) == 1
+    err = capsys.readouterr().err
+    assert "internal error" in err and "Traceback" not in err
+    saved = err.rsplit("traceback saved to ", 1)[1].strip()
+    assert "RuntimeError: boom" in open(saved).read()

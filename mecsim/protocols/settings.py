@@ -17,7 +17,9 @@ class ProtocolSettings(Section):
     """Rounds, participation, selection and evaluation cadence (every protocol)."""
 
     kind: str = "compute_and_wait"
-    rounds: int = Field(default=20, ge=1, description="rounds (async: server updates)")
+    rounds: int = Field(
+        default=20, ge=1, le=10_000_000, description="rounds (async: server updates)"
+    )
     participation: float = Field(
         default=1.0, gt=0, le=1, description="fraction of clients selected per round, in (0, 1]"
     )
