@@ -20,6 +20,9 @@ class ConfigError(MecsimError):
         self.message = message
         super().__init__(f"{field}: {message}")
 
+    def __reduce__(self):  # copy/pickle (SimPy re-raises process errors, Ray ships them)
+        return (ConfigError, (self.field, self.message))
+
 
 class UnknownNameError(ConfigError):
     """A name (algorithm, dataset, model, ...) is not in its registry."""

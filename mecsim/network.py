@@ -237,16 +237,20 @@ class Network:
     def _check_outage(self) -> None:
         """Without fading or a deadline, a link below ``min_snr_db`` would never finish: say so
         before the run starts (interference, drawn per transfer, is left out: best case)."""
-        if self.config.min_snr_db is None or self.config.max_transfer_s is not None:
+        if self.config.max_transfer_s is not None:
             return
-        if not isinstance(self.channel.fading, NoFading):
-            return
-        noise = dbm_to_w(self.config.noise_psd_dbm_hz)
+        fading = not isinstance(self.channel.fading, NoFading)
         for c in self.clients:
-            h = float(self.channel.pathloss.gain(c.distance_m))
-            down = self.server_tx_power_w * h / (noise * self.server_bandwidth_hz)
-            up = c.tx_power_w * h / (noise * c.bandwidth_hz)
-            if min(up, down) < self.min_sinr:
+            budget = self.channel.budget(c.distance_m)
+            down_rate, down = budget(self.server_bandwidth_hz, self.server_tx_power_w, 1.0)
+            up_rate, up = budget(c.bandwidth_hz, c.tx_power_w, 1.0)
+            if min(up_rate, down_rate) <= 0:
+                raise ConfigError(
+                    "clients.distance_m",
+                    f"client {c.id}'s link carries no bits (SINR {min(up, down):.3g}); "
+                    "move clients closer, raise their power or set network.max_transfer_s",
+                )
+            if not fading and min(up, down) < self.min_sinr:
                 raise ConfigError(
                     "network.min_snr_db",
                     f"client {c.id}'s link never leaves outage ({10 * math.log10(min(up, down)):.1f}"
@@ -263,7 +267,7 @@ class Network:
         self._cell = (
             None
             if self.cell_hz is None
-            else simpy.Container(env, capacity=self.cell_hz, init=self.cell_hz)
+            else simpy.Container(env, capacity=round(self.cell_hz), init=round(self.cell_hz))
         )
         self._open: dict[tuple, Broadcast] = {}
 
@@ -344,7 +348,7 @@ class Network:
         assert self.env is not None, "Network.bind(env) first"
         profile = self.clients[client]
         if self._cell is not None:
-            yield self._cell.get(profile.bandwidth_hz)
+            yield self._cell.get(round(profile.bandwidth_hz))  # whole Hz: exact bookkeeping
         granted = self.env.now
         reception = self._reception("up", client, nbytes, key)
         transmitter = SharedTransmitter(profile.bandwidth_hz, profile.tx_power_w)
@@ -357,5 +361,5 @@ class Network:
         assert reception.end is not None
         yield self.env.timeout(reception.end - granted)
         if self._cell is not None:
-            yield self._cell.put(profile.bandwidth_hz)
+            yield self._cell.put(round(profile.bandwidth_hz))
         return granted, reception

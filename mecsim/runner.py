@@ -123,6 +123,8 @@ def check_world(scenario: Scenario) -> None:
     """The checks a run makes before any work that the schema cannot: sampled client
     attributes in range, links that can leave outage, a cell band wide enough."""
     Network(scenario.network, build_clients(scenario), scenario.seed)
+    if scenario.execution.cost_only and scenario.clients.num_samples is not None:
+        sample_counts(scenario)
 
 
 @dataclass
@@ -193,14 +195,26 @@ def build_data(sc: Scenario, device: torch.device) -> FederatedData:
     )
 
 
-def _sample_counts_only(sc: Scenario) -> FederatedData:
-    """Cost-only data: per-client sample counts from ``clients.num_samples``, no tensors."""
-    shape, classes = dataset_shape(sc.data.dataset)
+def sample_counts(sc: Scenario) -> np.ndarray:
+    """Cost-only per-client training sample counts (``clients.num_samples``), checked."""
     counts = sample_attribute(
         sc.clients.num_samples, numpy_rng(sc.seed, "clients", "num_samples"), sc.clients.count
     )
-    if (counts < 1).any():
-        raise ConfigError("clients.num_samples", "every client needs at least 1 sample")
+    counts = np.asarray(counts, dtype=float)
+    bad = np.flatnonzero(~np.isfinite(counts) | (counts < 1) | (counts > 1e9))
+    if len(bad):
+        raise ConfigError(
+            "clients.num_samples",
+            f"sampled {counts[bad[0]]:g} for client {int(bad[0])}; every client needs between "
+            "1 and 1e9 samples: shift or narrow the distribution",
+        )
+    return counts.astype(np.int64)
+
+
+def _sample_counts_only(sc: Scenario) -> FederatedData:
+    """Cost-only data: per-client sample counts from ``clients.num_samples``, no tensors."""
+    shape, classes = dataset_shape(sc.data.dataset)
+    counts = sample_counts(sc)
     meta = torch.device("meta")
     empty = torch.empty(0, dtype=torch.long, device=meta)
     return FederatedData(

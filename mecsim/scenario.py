@@ -91,7 +91,10 @@ class LinkConfig(Section):
     interference_dbm: NumberAttr | None = None
     interference_w: NumberAttr | None = None
     interference_dbm_hz: float | None = Field(
-        default=None, description="interference PSD, dBm/Hz (scales with the bandwidth held)"
+        default=None,
+        ge=-250,
+        le=-50,
+        description="interference PSD, dBm/Hz (scales with the bandwidth held)",
     )
 
     @model_validator(mode="after")
@@ -108,6 +111,7 @@ class UplinkConfig(LinkConfig):
     total_bandwidth_mhz: float | None = Field(
         default=None,
         gt=0,
+        le=1e6,
         description="cell uplink band; uploads beyond it wait for spectrum, first come first "
         "served (default: unlimited, each client on its own band as KAPC Table 4)",
     )
@@ -115,8 +119,8 @@ class UplinkConfig(LinkConfig):
 
 class DownlinkConfig(LinkConfig):
     mode: Literal["broadcast", "unicast"] = "broadcast"
-    bandwidth_mhz: float = Field(default=50.0, gt=0)
-    tx_power_dbm: float = 30.0
+    bandwidth_mhz: float = Field(default=50.0, gt=0, le=1e5)
+    tx_power_dbm: float = Field(default=30.0, ge=-50, le=80)
     broadcast_rate: Literal["rateless", "worst"] = Field(
         default="rateless",
         description="'rateless': each receiver decodes at its own rate (ideal); "
@@ -132,24 +136,30 @@ class NetworkConfig(Section):
     """
 
     preset: Literal["physical", "table5"] = "physical"
-    pathloss_db: float = -40.0
-    reference_m: float = Field(default=1.0, gt=0)
-    exponent: float = Field(default=4.0, gt=0)
-    noise_psd_dbm_hz: float = -174.0
+    pathloss_db: float = Field(default=-40.0, ge=-200, le=0, description="gain at reference_m, dB")
+    reference_m: float = Field(default=1.0, gt=0, le=1e4)
+    exponent: float = Field(default=4.0, gt=0, le=10)
+    noise_psd_dbm_hz: float = Field(default=-174.0, ge=-230, le=-100)
     fading: str = "none"
-    rician_k: float = Field(default=3.0, ge=0)
-    shadowing_sigma_db: float = Field(default=8.0, ge=0)
-    spectral_efficiency: float | None = Field(default=None, gt=0, description="bit/s/Hz")
+    rician_k: float = Field(default=3.0, ge=0, le=1e4)
+    shadowing_sigma_db: float = Field(default=8.0, ge=0, le=50)
+    spectral_efficiency: float | None = Field(default=None, gt=0, le=100, description="bit/s/Hz")
     coherence_ms: float = Field(
-        default=10.0, gt=0, description="block fading: a new fading draw every this many ms"
+        default=10.0,
+        ge=0.01,
+        le=1e7,
+        description="block fading: a new fading draw every this many ms (at least 0.01)",
     )
     min_snr_db: float | None = Field(
-        default=None, description="outage: a fading block below this SINR carries nothing"
+        default=None,
+        ge=-100,
+        le=100,
+        description="outage: a fading block below this SINR carries nothing",
     )
     max_transfer_s: float | None = Field(
-        default=None, gt=0, description="a transfer unfinished after this long fails"
+        default=None, gt=0, le=1e9, description="a transfer unfinished after this long fails"
     )
-    retries: int = Field(default=0, ge=0, description="attempts after a failed transfer")
+    retries: int = Field(default=0, ge=0, le=100, description="attempts after a failed transfer")
     uplink: UplinkConfig = UplinkConfig()
     downlink: DownlinkConfig = DownlinkConfig()
 
