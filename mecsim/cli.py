@@ -59,6 +59,7 @@ def _parser() -> argparse.ArgumentParser:
     validate.add_argument(
         "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE"
     )
+    validate.add_argument("--out", default=None, help="the run directory a run would write")
 
     cmp = commands.add_parser(
         "compare", help="compare run directories (or run a sweep first): time to target, speedups"
@@ -145,9 +146,9 @@ def _main(args: argparse.Namespace) -> int:
                 sys.stderr.write(f"error: {problem}\n")
             if problems:
                 return 2
-            from mecsim.runner import check_world
+            from mecsim.runner import check_run
 
-            check_world(scenario)  # the checks run makes before any work: clients, links
+            check_run(scenario, args.out)  # every check run makes before any work
             sys.stdout.write(f"{args.scenario}: ok\n")
             return 0
         if args.command == "compare":

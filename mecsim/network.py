@@ -199,6 +199,12 @@ class _Radio:
                 self._fire(obj, self._forecast[key])
 
 
+MAX_TRANSFER_S = 1e9
+"""A transfer that takes longer than this (about 32 years) at its mean rate is a mistake."""
+MAX_BLOCKS = 1e6
+"""Most fading blocks one transfer may span: each block is one step of the fluid engine."""
+
+
 class Network:
     """Times uplink and downlink transfers for a fixed set of clients (see the module docstring)."""
 
@@ -257,6 +263,46 @@ class Network:
                     f" dB < {self.config.min_snr_db} dB, no fading); lower min_snr_db or set "
                     "network.max_transfer_s",
                 )
+
+    def check_transfer_times(self, nbytes: dict[int, int], what: str) -> None:
+        """Refuse, before the run, transfers of ``nbytes[client]`` that cannot be simulated:
+        longer than :data:`MAX_TRANSFER_S` at the link's mean rate, spanning more than
+        :data:`MAX_BLOCKS` fading blocks, or (without fading) failing at every client
+        because each outlasts ``network.max_transfer_s``."""
+        fading = not isinstance(self.channel.fading, NoFading)
+        longest: list[float] = []
+        for c in self.clients:
+            if not nbytes.get(c.id):
+                continue
+            budget = self.channel.budget(c.distance_m)
+            rate = min(
+                budget(c.bandwidth_hz, c.tx_power_w, 1.0)[0],
+                budget(self.server_bandwidth_hz, self.server_tx_power_w, 1.0)[0],
+            )
+            seconds = 8 * nbytes[c.id] / rate if rate > 0 else math.inf
+            longest.append(seconds)
+            if seconds > MAX_TRANSFER_S:
+                raise ConfigError(
+                    "clients.distance_m",
+                    f"client {c.id} would need {seconds:.3g} s to move {what} "
+                    f"({nbytes[c.id]} bytes) at its mean rate ({rate:.3g} bit/s); move clients "
+                    "closer, raise their power or bandwidth, or check network.exponent",
+                )
+            blocks = min(seconds, self.max_s) / self.coherence_s
+            if fading and blocks > MAX_BLOCKS:
+                raise ConfigError(
+                    "network.coherence_ms",
+                    f"client {c.id}'s transfer of {what} would span {blocks:.3g} fading blocks "
+                    f"(at most {MAX_BLOCKS:.0e}); raise network.coherence_ms to at least "
+                    f"{1e3 * min(seconds, self.max_s) / MAX_BLOCKS:.3g} or improve the link",
+                )
+        if not fading and longest and min(longest) > self.max_s:
+            raise ConfigError(
+                "network.max_transfer_s",
+                f"every client needs at least {min(longest):.3g} s to move {what}, longer than "
+                f"max_transfer_s = {self.config.max_transfer_s}: every transfer would fail; "
+                "raise it or improve the links",
+            )
 
     def bind(self, env: simpy.Environment) -> None:
         """Attach the network to the run's event clock (the simulator calls this)."""

@@ -116,7 +116,7 @@ def _owner(path: Path) -> int | None:
 def claim_default_run_dir(base: str | Path, name: str) -> Path:
     """Claim ``base/<name>``, or ``-2``, ``-3``, ... appended if taken or claimed."""
     base = Path(base)
-    _check_parent(base / name)
+    check_parent(base / name)
     base.mkdir(parents=True, exist_ok=True)
     remove_stale_partials(base)
     candidate, n = base / name, 2
@@ -139,12 +139,19 @@ def claim_run_dir(run_dir: Path, overwrite: bool) -> Path:
     return run_dir
 
 
-def _check_parent(run_dir: Path) -> None:
+def check_parent(run_dir: Path) -> None:
+    """Refuse a target under a file, inside ``/proc``, ``/sys`` or ``/dev``, or below a
+    directory this process may not write."""
     for parent in run_dir.parents:
         if parent.exists() and not parent.is_dir():
             raise ConfigError("output.dir", f"{parent} is a file; choose a directory for --out")
     if str(run_dir.resolve()).startswith(("/proc/", "/sys/", "/dev/")):
         raise ConfigError("output.dir", f"{run_dir} is not a place for results; choose another")
+    existing = next((p for p in run_dir.absolute().parents if p.exists()), None)
+    if existing is not None and not os.access(existing, os.W_OK | os.X_OK):
+        raise ConfigError(
+            "output.dir", f"{existing} is not writable by this user; choose another --out"
+        )
 
 
 def check_target(run_dir: Path, overwrite: bool) -> None:
@@ -155,7 +162,7 @@ def check_target(run_dir: Path, overwrite: bool) -> None:
     working directory nor one of its parents.
     """
     run_dir = Path(run_dir)
-    _check_parent(run_dir)
+    check_parent(run_dir)
     if not run_dir.exists() and not run_dir.is_symlink():
         return
     if not run_dir.is_dir() or run_dir.is_symlink():

@@ -33,6 +33,8 @@ from mecsim.models.catalog import Architecture, ModelCatalog
 from mecsim.network import ClientProfile, Network
 from mecsim.output import (
     atomic_directory,
+    check_parent,
+    check_target,
     claim_default_run_dir,
     claim_run_dir,
     json_safe,
@@ -119,12 +121,15 @@ def build_clients(scenario: Scenario) -> list[ClientProfile]:
     ]
 
 
-def check_world(scenario: Scenario) -> None:
-    """The checks a run makes before any work that the schema cannot: sampled client
-    attributes in range, links that can leave outage, a cell band wide enough."""
-    Network(scenario.network, build_clients(scenario), scenario.seed)
-    if scenario.execution.cost_only and scenario.clients.num_samples is not None:
-        sample_counts(scenario)
+def check_run(scenario: Scenario, out: str | Path | None = None) -> None:
+    """Every check ``run`` makes before any work, without running or writing: the output
+    location, then building the world (clients, links, data, partition, models)."""
+    if out is not None:
+        check_target(Path(out), scenario.output.overwrite)
+    else:
+        name = scenario.output.name or f"{scenario.name}-seed{scenario.seed}"
+        check_parent(Path(scenario.output.dir) / name)
+    build_world(scenario, torch.device("cpu"))
 
 
 @dataclass
@@ -365,23 +370,32 @@ def run(
             release(run_dir)
 
 
-def _run(
-    sc: Scenario,
-    run_dir: Path | None,
-    *,
-    device: str | None,
-    executor: str | None,
-    write: bool,
-    progress: bool | None,
-) -> RunResult:
-    """Build everything and simulate (``run`` after the target is claimed)."""
-    torch_device = resolve_device(device)
+@dataclass
+class World:
+    """Everything a run builds before its first event: the checks happen while building it."""
+
+    clients: list[ClientProfile]
+    network: Network
+    data: FederatedData
+    num_train: list[int]
+    models: ModelCatalog
+    ctx: TrainingContext
+    evaluator: CurveEvaluator | Evaluator
+    public_nbytes: int
+
+
+def build_world(sc: Scenario, torch_device: torch.device) -> World:
+    """Build clients, links, data, partition, models and algorithm; every check that can
+    refuse a scenario runs here, before any work (``validate`` calls this too)."""
     cost_only = sc.execution.cost_only
     clients = build_clients(sc)
-    network = Network(sc.network, clients, sc.seed)  # checks the links before any work
+    network = Network(sc.network, clients, sc.seed)  # checks the links
     data = build_data(sc, torch_device)
     num_train = [len(i) for i in data.train]
     models, per_sample = build_models(sc, data, torch_device, num_train)
+    network.check_transfer_times(
+        {c.id: payload_nbytes(models.of(c.id).initial.to_payload()) for c in clients}, "the model"
+    )
     label_counts = None
     if not cost_only:
         label_counts = [
@@ -401,24 +415,44 @@ def _run(
         proximal=sc.protocol.local_proximal,
     )
     if cost_only:
-        evaluator = CurveEvaluator(sc.execution.accuracy_curve)
+        evaluator: CurveEvaluator | Evaluator = CurveEvaluator(sc.execution.accuracy_curve)
     else:
         evaluator = Evaluator(models, data.x_test, data.y_test, data.test, num_train)
     uses_public = algorithm_class.public_data != "none"
+    public_nbytes = (
+        payload_nbytes({"x": public[0]} | ({"y": public[1]} if labeled else {}))
+        if uses_public
+        else 0
+    )
+    return World(clients, network, data, num_train, models, ctx, evaluator, public_nbytes)
+
+
+def _run(
+    sc: Scenario,
+    run_dir: Path | None,
+    *,
+    device: str | None,
+    executor: str | None,
+    write: bool,
+    progress: bool | None,
+) -> RunResult:
+    """Build everything and simulate (``run`` after the target is claimed)."""
+    torch_device = resolve_device(device)
+    cost_only = sc.execution.cost_only
+    world = build_world(sc, torch_device)
+    clients, data, num_train, models = world.clients, world.data, world.num_train, world.models
     sim = Simulation(
-        algorithm=algorithm,
-        executor=build_executor(sc, ctx, executor),
-        network=network,
+        algorithm=world.ctx.algorithm,
+        executor=build_executor(sc, world.ctx, executor),
+        network=world.network,
         clients=clients,
         indices=[data.client_indices(c) for c in range(sc.clients.count)],
         server_device=DEVICES.get(sc.server.device),
-        evaluator=evaluator,
+        evaluator=world.evaluator,
         protocol=sc.protocol,
         seed=sc.seed,
-        training=ctx,
-        public_nbytes=payload_nbytes({"x": public[0]} | ({"y": public[1]} if labeled else {}))
-        if uses_public
-        else 0,
+        training=world.ctx,
+        public_nbytes=world.public_nbytes,
     )
     show = sc.output.progress if progress is None else progress
     with tqdm(total=sc.protocol.rounds, desc=sc.name, unit="round", disable=not show) as bar:

@@ -238,3 +238,34 @@ def test_worst_rate_broadcast_delivers_to_everyone_at_the_slowest_time(tiny):
 
     assert len(set(ends(rateless))) > 1
     np.testing.assert_allclose(ends(worst), ends(rateless).max())
+
+
+def test_transfer_time_limits_follow_the_closed_form_rate():
+    """At 1 bit/s/Hz and 1 Hz a client moves 1 bit/s: 1.25e8 bytes take exactly 1e9 s."""
+    from mecsim.devices import DEVICES
+    from mecsim.errors import ConfigError
+    from mecsim.network import MAX_BLOCKS, MAX_TRANSFER_S, ClientProfile, Network
+    from mecsim.scenario import NetworkConfig
+
+    device = DEVICES.get("phone-mid")
+    client = [ClientProfile(0, 100.0, 1.0, 20.0, device)]
+    network = Network(NetworkConfig(spectral_efficiency=1.0), client, seed=0)
+    limit = int(MAX_TRANSFER_S / 8)
+    network.check_transfer_times({0: limit}, "the model")
+    with pytest.raises(ConfigError) as refused:
+        network.check_transfer_times({0: limit + 1}, "the model")
+    assert refused.value.field == "clients.distance_m"
+
+    # with fading, the same link at 1 ms blocks spans bits / (1 bit/s x 1 ms) blocks
+    fading = NetworkConfig(spectral_efficiency=1.0, fading="rayleigh", coherence_ms=1.0)
+    network = Network(fading, client, seed=0)
+    most = int(MAX_BLOCKS * 1e-3 / 8)
+    network.check_transfer_times({0: most}, "the model")
+    with pytest.raises(ConfigError) as refused:
+        network.check_transfer_times({0: most + 1}, "the model")
+    assert refused.value.field == "network.coherence_ms"
+
+    # without fading, a deadline shorter than every client's transfer fails every transfer
+    short = Network(NetworkConfig(spectral_efficiency=1.0, max_transfer_s=799.0), client, seed=0)
+    with pytest.raises(ConfigError, match="every transfer would fail"):
+        short.check_transfer_times({0: 100}, "the model")

@@ -126,6 +126,55 @@ def test_non_finite_and_absurd_numbers_are_refused_by_validate_and_run(
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.parametrize(
+    "overrides, field",
+    [
+        (["data.partition=natural"], "data.partition"),
+        (["clients.count=3000"], "clients.count"),
+        (["data.dataset=mnist"], "data.root"),
+        (["data.dataset=synthetic", "model.name=cnn-small"], "model.name"),
+        (["network.exponent=7.6", "network.fading=rayleigh"], "network.coherence_ms"),
+        (["network.exponent=10"], "clients.distance_m"),
+        (["network.max_transfer_s=1e-6"], "network.max_transfer_s"),
+        (
+            ["network.fading=rayleigh", "network.coherence_ms=0.01", "network.exponent=6"],
+            "network.coherence_ms",
+        ),
+    ],
+)
+def test_validate_runs_every_check_run_makes_before_work(tiny, tmp_path, capsys, overrides, field):
+    """Each of these passed ``validate`` and failed only in ``run`` (after loading data,
+    or hung in the simulation): both now refuse with the same line, nothing written."""
+    import tomli_w
+
+    path = tmp_path / "s.toml"
+    path.write_text(tomli_w.dumps(tiny))
+    extra = [f"--set={o}" for o in overrides]
+    out = str(tmp_path / "run")
+
+    assert main(["validate", str(path), "--out", out, *extra]) == 2
+    checked = capsys.readouterr().err
+    assert main(["run", str(path), "--out", out, *extra]) == 2
+    ran = capsys.readouterr().err
+    assert field in checked and checked.strip() == ran.strip().splitlines()[-1].strip()
+    assert "Traceback" not in checked + ran
+    assert not (tmp_path / "run").exists()
+
+
+def test_validate_checks_the_output_location(tiny, tmp_path, capsys):
+    import tomli_w
+
+    path = tmp_path / "s.toml"
+    path.write_text(tomli_w.dumps(tiny))
+    (tmp_path / "file").write_text("x")
+    assert main(["validate", str(path), "--out", str(tmp_path / "file" / "run")]) == 2
+    assert main(["validate", str(path), "--out", "/proc/run"]) == 2
+    assert main(["validate", str(path), "--out", str(tmp_path / "file")]) == 2
+    assert "output.dir" in capsys.readouterr().err
+    assert main(["validate", str(path), "--out", str(tmp_path / "new")]) == 0
+    assert not (tmp_path / "new").exists()
+
+
 def test_sigterm_mid_run_stops_cleanly_and_writes_nothing(tiny, tmp_path):
     import signal
     import subprocess
