@@ -32,6 +32,7 @@ from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import simpy
 
 from mecsim.channels import (
@@ -203,6 +204,8 @@ MAX_TRANSFER_S = 1e9
 """A transfer that takes longer than this (about 32 years) at its mean rate is a mistake."""
 MAX_BLOCKS = 1e6
 """Most fading blocks one transfer may span: each block is one step of the fluid engine."""
+RATE_SAMPLE = 1024
+"""Fading gains sampled to estimate a link's mean rate before the run."""
 
 
 class Network:
@@ -238,6 +241,7 @@ class Network:
                     "widen the cell or narrow clients.bandwidth_mhz",
                 )
         self.env: simpy.Environment | None = None
+        self._gains: np.ndarray | None = None
         self._check_outage()
 
     def _check_outage(self) -> None:
@@ -264,24 +268,48 @@ class Network:
                     "network.max_transfer_s",
                 )
 
+    def mean_rate(self, client: ClientProfile, bandwidth_hz: float, power_w: float) -> float:
+        """A link's mean rate over fading blocks, counting outage blocks as carrying nothing
+        (a fixed sample of :data:`RATE_SAMPLE` gains; interference left out: best case)."""
+        budget = self.channel.budget(client.distance_m)
+        rate, sinr = budget(bandwidth_hz, power_w, 1.0)
+        if isinstance(self.channel.fading, NoFading):
+            return rate if sinr >= self.min_sinr else 0.0
+        if self._gains is None:
+            rng = numpy_rng(self.seed, "fading", "check")
+            self._gains = np.array([self.channel.fading.draw(rng) for _ in range(RATE_SAMPLE)])
+        sinrs = sinr * self._gains
+        if self.channel.spectral_efficiency is not None:
+            rates = np.full_like(sinrs, rate)
+        else:
+            rates = bandwidth_hz * np.log2(1.0 + sinrs)
+        return float(np.mean(np.where(sinrs >= self.min_sinr, rates, 0.0)))
+
     def check_transfer_times(self, nbytes: dict[int, int], what: str) -> None:
         """Refuse, before the run, transfers of ``nbytes[client]`` that cannot be simulated:
-        longer than :data:`MAX_TRANSFER_S` at the link's mean rate, spanning more than
-        :data:`MAX_BLOCKS` fading blocks, or (without fading) failing at every client
+        longer than :data:`MAX_TRANSFER_S` at the link's mean rate (outage included),
+        spanning more than :data:`MAX_BLOCKS` fading blocks, in outage in every sampled
+        block with no ``max_transfer_s``, or (without fading) failing at every client
         because each outlasts ``network.max_transfer_s``."""
         fading = not isinstance(self.channel.fading, NoFading)
         longest: list[float] = []
         for c in self.clients:
             if not nbytes.get(c.id):
                 continue
-            budget = self.channel.budget(c.distance_m)
             rate = min(
-                budget(c.bandwidth_hz, c.tx_power_w, 1.0)[0],
-                budget(self.server_bandwidth_hz, self.server_tx_power_w, 1.0)[0],
+                self.mean_rate(c, c.bandwidth_hz, c.tx_power_w),
+                self.mean_rate(c, self.server_bandwidth_hz, self.server_tx_power_w),
             )
+            if rate <= 0 and self.config.max_transfer_s is None:
+                raise ConfigError(
+                    "network.min_snr_db",
+                    f"client {c.id}'s link is in outage in all of {RATE_SAMPLE} sampled fading "
+                    "blocks: its transfers would never finish; lower min_snr_db, move clients "
+                    "closer or set network.max_transfer_s",
+                )
             seconds = 8 * nbytes[c.id] / rate if rate > 0 else math.inf
             longest.append(seconds)
-            if seconds > MAX_TRANSFER_S:
+            if seconds > MAX_TRANSFER_S and self.config.max_transfer_s is None:
                 raise ConfigError(
                     "clients.distance_m",
                     f"client {c.id} would need {seconds:.3g} s to move {what} "

@@ -28,6 +28,7 @@ from mecsim.errors import ConfigError
 from mecsim.evaluation import CurveEvaluator, Evaluator
 from mecsim.executors import Executor, TrainingContext, make_executor
 from mecsim.executors.cost_only import CostOnlyExecutor
+from mecsim.faults import Faults
 from mecsim.models import build_model, forward_flops_per_sample
 from mecsim.models.catalog import Architecture, ModelCatalog
 from mecsim.network import ClientProfile, Network
@@ -382,6 +383,7 @@ class World:
     ctx: TrainingContext
     evaluator: CurveEvaluator | Evaluator
     public_nbytes: int
+    faults: Faults
 
 
 def build_world(sc: Scenario, torch_device: torch.device) -> World:
@@ -390,6 +392,7 @@ def build_world(sc: Scenario, torch_device: torch.device) -> World:
     cost_only = sc.execution.cost_only
     clients = build_clients(sc)
     network = Network(sc.network, clients, sc.seed)  # checks the links
+    faults = Faults(sc.faults, len(clients), sc.seed)  # reads and checks the trace
     data = build_data(sc, torch_device)
     num_train = [len(i) for i in data.train]
     models, per_sample = build_models(sc, data, torch_device, num_train)
@@ -424,7 +427,7 @@ def build_world(sc: Scenario, torch_device: torch.device) -> World:
         if uses_public
         else 0
     )
-    return World(clients, network, data, num_train, models, ctx, evaluator, public_nbytes)
+    return World(clients, network, data, num_train, models, ctx, evaluator, public_nbytes, faults)
 
 
 def _run(
@@ -453,6 +456,7 @@ def _run(
         seed=sc.seed,
         training=world.ctx,
         public_nbytes=world.public_nbytes,
+        faults=world.faults,
     )
     show = sc.output.progress if progress is None else progress
     with tqdm(total=sc.protocol.rounds, desc=sc.name, unit="round", disable=not show) as bar:

@@ -30,6 +30,7 @@ from mecsim.devices import DEVICES
 from mecsim.distributions import Choice, NameAttr, NumberAttr, Uniform, attribute_values
 from mecsim.errors import ConfigError, MecsimError
 from mecsim.executors import EXECUTORS
+from mecsim.faults import FaultsConfig
 from mecsim.models import MODELS
 from mecsim.protocols import PROTOCOLS
 from mecsim.protocols.registry import protocol_settings
@@ -266,6 +267,7 @@ class Scenario(Section):
     network: NetworkConfig = NetworkConfig()
     clients: ClientsConfig = ClientsConfig()
     server: ServerConfig = ServerConfig()
+    faults: FaultsConfig = FaultsConfig()
     output: OutputConfig = OutputConfig()
     execution: ExecutionConfig = ExecutionConfig()
     compare: CompareConfig = CompareConfig()

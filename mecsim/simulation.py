@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import math
 import time
 from collections.abc import Callable, Generator, Sequence
 from typing import TYPE_CHECKING, Any
@@ -27,6 +28,7 @@ from mecsim.errors import ConfigError
 from mecsim.evaluation import Evaluation, Evaluator
 from mecsim.executors import ClientJob, Executor, JobResult, TrainingContext
 from mecsim.executors.base import job_context, step_flops
+from mecsim.faults import Drop, Faults
 from mecsim.network import ClientProfile, Delivery, Network
 from mecsim.recorder import Recorder
 from mecsim.rng import numpy_rng
@@ -58,6 +60,7 @@ class Simulation:
         public_nbytes: int = 0,
         training: TrainingContext | None = None,
         on_round: Callable[[dict[str, Any]], None] | None = None,
+        faults: Faults | None = None,
     ) -> None:
         self.env = simpy.Environment()
         network.bind(self.env)
@@ -75,6 +78,8 @@ class Simulation:
         self.training = training
         """The executors' shared context (architectures, data, FLOP meter), if any."""
         self.on_round = on_round
+        self.faults = faults if faults is not None and faults.active else None
+        """Client dropout and availability (see :mod:`mecsim.faults`), if any."""
         self.recorder = Recorder()
         self.server_state = algorithm.init_server_state()
         self.client_states = [algorithm.init_client_state(c.id) for c in self.clients]
@@ -103,9 +108,12 @@ class Simulation:
     ) -> list[int]:
         """``k`` clients (default: clients per round) for ``round_``, sorted, from the selection stream.
 
-        ``candidates`` restricts the choice (e.g. to idle clients).
+        ``candidates`` restricts the choice (e.g. to idle clients); offline
+        clients (``faults.availability``) are never chosen.
         """
         pool = list(range(len(self.clients))) if candidates is None else sorted(candidates)
+        if self.faults is not None:
+            pool = [c for c in pool if self.faults.online(c, self.env.now)]
         k = self.clients_per_round if k is None else k
         if k >= len(pool):
             return pool
@@ -115,6 +123,21 @@ class Simulation:
             sizes = np.asarray([self.num_samples[c] for c in pool], dtype=float)
             p = sizes / sizes.sum()
         return sorted(pool[int(i)] for i in rng.choice(len(pool), size=k, replace=False, p=p))
+
+    def wait_for_online(self, candidates: Sequence[int] | None = None) -> Process:
+        """Wait until one of ``candidates`` (default: every client) is online."""
+        if self.faults is None:
+            return
+        pool = range(len(self.clients)) if candidates is None else candidates
+        t = self.faults.next_online(pool, self.env.now)
+        if math.isinf(t):
+            raise ConfigError(
+                "faults.availability",
+                f"no client is online after t = {self.env.now:.6g} s and the run needs more "
+                "rounds; extend the trace or lower protocol.rounds",
+            )
+        if t > self.env.now:
+            yield self.env.timeout(t - self.env.now)
 
     def context(self, round_: int, client: int | None) -> RoundContext:
         """The :class:`RoundContext` of a hook run by the simulator (downlink, aggregate)."""
@@ -290,13 +313,50 @@ class Simulation:
         )
 
     def compute_tasks(
-        self, round_: int, result: JobResult, tasks: Sequence[Task], job: int | None = None
+        self,
+        round_: int,
+        result: JobResult,
+        tasks: Sequence[Task],
+        job: int | None = None,
+        can_fail: bool = True,
     ) -> Process:
-        """Client runs ``tasks`` of a finished job one after another (those the job ran)."""
-        for task in tasks:
-            if task.name in result.task_flops:
-                flops = result.task_flops[task.name]
-                yield from self.compute(round_, result.client, task, flops, job)
+        """Client runs ``tasks`` of a finished job one after another (those the job ran);
+        returns False if the client dropped out (see :mod:`mecsim.faults`)."""
+        client = result.client
+        run = [t for t in tasks if t.name in result.task_flops]
+        drop = None
+        if can_fail and self.faults is not None and run:
+            if self.busy_until[client] > self.env.now:
+                yield self.env.timeout(self.busy_until[client] - self.env.now)
+            seconds = [self.compute_seconds(client, result.task_flops[t.name]) for t in run]
+            key = round_ if job is None else job
+            drop = self.faults.plan(client, key, seconds, self.env.now)
+        for i, task in enumerate(run):
+            flops = result.task_flops[task.name]
+            if drop is not None and drop.task == i:
+                yield from self._interrupted(round_, client, task, flops, drop, job)
+                return False
+            yield from self.compute(round_, client, task, flops, job)
+        return True
+
+    def _interrupted(
+        self, round_: int, client: int, task: Task, flops: int, drop: Drop, job: int | None
+    ) -> Process:
+        """The part of ``task`` done before the client dropped, then the fault event."""
+        seconds = self.compute_seconds(client, flops)
+        done = int(flops * drop.seconds / seconds) if seconds > 0 else 0
+        yield from self.compute(round_, client, task, done, job)
+        self.recorder.event(
+            round_, client, f"fault:{drop.cause}", self.env.now, self.env.now, job=job
+        )
+
+    def still_online(self, round_: int, client: int, job: int | None = None) -> bool:
+        """Whether ``client`` is online now; if not, record its ``fault:offline`` event."""
+        if self.faults is None or self.faults.online(client, self.env.now):
+            return True
+        now = self.env.now
+        self.recorder.event(round_, client, "fault:offline", now, now, job=job)
+        return False
 
     def upload(self, round_: int, client: int, payload: Payload, job: int | None = None) -> Process:
         """Client sends its upload on its own band; returns whether it arrived.
@@ -529,6 +589,14 @@ class Simulation:
         try:
             # stop when the protocol is done (asynchronous clients may still be busy)
             self.env.run(until=self.env.process(self._run(protocol_process)))
+        except RuntimeError as error:
+            if self.faults is None or "No scheduled events left" not in str(error):
+                raise
+            raise ConfigError(
+                "faults.availability",
+                f"the run stalled at t = {self.env.now:.6g} s: no client is online or comes "
+                "back, and the protocol needs more updates; extend the trace",
+            ) from None
         finally:
             gc.unfreeze()
         if self._uploads and self.total_updates == 0:

@@ -36,6 +36,7 @@ NUMERIC_FIELDS = [
     "algorithm.lr",
     "algorithm.batch_size",
     "algorithm.steps",
+    "faults.dropout",
 ]
 ODD_NUMBERS = st.sampled_from(
     [math.nan, math.inf, -math.inf, -1.0, 0.0, 1e-300, 1e308, -1e308, 0.5, 3.0, 1e6]

@@ -135,6 +135,7 @@ def test_non_finite_and_absurd_numbers_are_refused_by_validate_and_run(
         (["data.dataset=synthetic", "model.name=cnn-small"], "model.name"),
         (["network.exponent=7.6", "network.fading=rayleigh"], "network.coherence_ms"),
         (["network.exponent=10"], "clients.distance_m"),
+        (["network.fading=rayleigh", "network.min_snr_db=60"], "network.min_snr_db"),
         (["network.max_transfer_s=1e-6"], "network.max_transfer_s"),
         (
             ["network.fading=rayleigh", "network.coherence_ms=0.01", "network.exponent=6"],

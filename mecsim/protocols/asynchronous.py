@@ -29,6 +29,7 @@ FedProx and the PFL+ algorithms).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Literal
 
@@ -117,13 +118,27 @@ class _AsyncServer:
         self.inbox = simpy.Store(sim.env)
 
     def start_next(self) -> None:
-        """Start one idle client (uniformly chosen) on the current global model."""
+        """Start one idle client (uniformly chosen) on the current global model; if every
+        idle client is offline, start one when the first comes online."""
         if not self.idle:
             return
-        (client,) = self.sim.select(self.jobs, sorted(self.idle), k=1)
+        chosen = self.sim.select(self.jobs, sorted(self.idle), k=1)
+        if not chosen:
+            self.sim.env.process(self._start_when_online())
+            return
+        (client,) = chosen
         self.idle.discard(client)
         self.sim.env.process(self._client(client, self.jobs))
         self.jobs += 1
+
+    def _start_when_online(self) -> Process:
+        """Fill a concurrency slot when an idle client comes online (never: the slot stays
+        empty; a run left with none stops with an error, see :meth:`Simulation.run`)."""
+        t = self.sim.faults.next_online(sorted(self.idle), self.sim.env.now)
+        if math.isinf(t):
+            return
+        yield self.sim.env.timeout(t - self.sim.env.now)
+        self.start_next()
 
     def _client(self, client: int, job: int) -> Process:
         """One job: its events carry ``job`` and, as ``round``, the update it started under."""
@@ -136,11 +151,18 @@ class _AsyncServer:
             version, {client: payload}, key=("job", job), join=join
         ).get(client)
         result = sim.execute(job, {client: payload})[client]
-        if (yield from sim.download(version, delivery, job)):
-            yield from sim.compute_tasks(version, result, sim.tasks(job), job)
+        if (
+            (yield from sim.download(version, delivery, job))
+            and sim.still_online(version, client, job)
+            and (yield from sim.compute_tasks(version, result, sim.tasks(job), job))
+        ):
             sim.commit(client, result.state, sim.env.now)
             upload = result.upload
-            if upload is not None and (yield from sim.upload(version, client, upload, job)):
+            if (
+                upload is not None
+                and sim.still_online(version, client, job)
+                and (yield from sim.upload(version, client, upload, job))
+            ):
                 arrival = Upload(client, upload, sim.num_samples[client])
                 yield self.inbox.put(Arrival(arrival, payload, version, sim.env.now, job))
         self.idle.add(client)

@@ -118,9 +118,13 @@ def _caw_client(
     """Download, every task in order, then upload (a client whose download failed sits out)."""
     if not (yield from sim.download(round_, delivery)):
         return
-    yield from sim.compute_tasks(round_, result, sim.tasks(round_))
+    if not sim.still_online(round_, result.client):
+        return
+    if not (yield from sim.compute_tasks(round_, result, sim.tasks(round_))):
+        return
     sim.commit(result.client, result.state, sim.env.now)
-    yield from _upload(sim, round_, result, arrived)
+    if sim.still_online(round_, result.client):
+        yield from _upload(sim, round_, result, arrived)
 
 
 def _aggregate(sim: Simulation, round_: int, arrived: list[Upload]) -> Process:
@@ -139,6 +143,7 @@ def compute_and_wait(sim: Simulation) -> Process:
     env = sim.env
     for round_ in range(sim.protocol.rounds):
         round_start = env.now
+        yield from sim.wait_for_online()
         selected = sim.select(round_)
         payloads, deliveries = _start_round(sim, round_, selected)
         results = sim.execute(round_, payloads)
@@ -247,16 +252,20 @@ def _wf_client(
     client = result.client
     if not (yield from sim.download(round_, delivery)):
         return
-    yield from sim.compute_tasks(round_, result, early)
+    if not sim.still_online(round_, client):
+        return
+    if not (yield from sim.compute_tasks(round_, result, early)):
+        return
     ready = sim.env.now
     if windows is not None:
         windows.open[client] = _Window(round_, ready, payload)
     else:  # the personal tasks start now and run back to back
-        personal.append(sim.env.process(sim.compute_tasks(round_, result, late)))
+        personal.append(sim.env.process(sim.compute_tasks(round_, result, late, can_fail=False)))
         flops = [result.task_flops[t.name] for t in late if t.name in result.task_flops]
         ready += sum(sim.compute_seconds(client, f) for f in flops)
     sim.commit(client, result.state, ready)
-    yield from _upload(sim, round_, result, arrived)
+    if sim.still_online(round_, client):
+        yield from _upload(sim, round_, result, arrived)
 
 
 @register_protocol(
@@ -275,6 +284,7 @@ def wait_free(sim: Simulation) -> Process:
         round_start = env.now
         early, late = _split_tasks(sim, round_)
         early_names = tuple(t.name for t in early) if windows is not None else None
+        yield from sim.wait_for_online()
         selected = sim.select(round_)
         receivers = list(everyone) if p.broadcast_unselected else selected
         payloads, deliveries = _start_round(sim, round_, receivers)
