@@ -53,6 +53,11 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--out", help="run directory (default: <output.dir>/<name>-seed<seed>)")
     run.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="where models train")
     run.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    run.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue an interrupted run from its checkpoint (same scenario and --out)",
+    )
 
     validate = commands.add_parser("validate", help="check a scenario and report every problem")
     validate.add_argument("scenario")
@@ -161,6 +166,7 @@ def _main(args: argparse.Namespace) -> int:
             out=args.out,
             device=args.device,
             progress=False if args.no_progress else None,
+            resume=args.resume,
         )
         s = result.summary
         log.info(

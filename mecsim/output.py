@@ -106,7 +106,7 @@ def _owner(path: Path) -> int | None:
         except OSError:
             return None
         return int(text) if text.isdigit() else None
-    for tag in (".partial-", ".old-"):
+    for tag in (".partial-", ".old-", ".checkpoint.pt.tmp-"):
         if tag in name:
             digits = name.rsplit(tag, 1)[1].split("-", 1)[0]
             return int(digits) if digits.isdigit() else None

@@ -19,6 +19,15 @@ from tqdm import tqdm
 
 from mecsim.algorithms import ALGORITHMS
 from mecsim.analysis import render_report, summarize
+from mecsim.checkpoint import (
+    Checkpointer,
+    CheckpointMismatch,
+    ReplayEvaluator,
+    ReplayingExecutor,
+    checkpoint_path,
+    load_checkpoint,
+    scenario_digest,
+)
 from mecsim.data import build_client_data, dataset_shape, load_dataset
 from mecsim.data.federated import hold_out_public
 from mecsim.data.partition import proportional_counts
@@ -341,6 +350,7 @@ def run(
     executor: str | None = None,
     write: bool = True,
     progress: bool | None = None,
+    resume: bool = False,
 ) -> RunResult:
     """Run a scenario end to end.
 
@@ -352,11 +362,16 @@ def run(
         executor: client-job backend; default ``execution.executor``.
         write: write the run directory (False: only return the tables).
         progress: show a progress bar (default: ``output.progress``).
+        resume: continue the interrupted run into the same directory from its
+            checkpoint (see :mod:`mecsim.checkpoint`); the tables equal an
+            uninterrupted run's except the wall-clock columns.
 
     Returns:
         The run's events, rounds and clients tables, summary, and run directory.
     """
     sc = load_scenario(scenario, overrides)
+    if resume and not write:
+        raise ConfigError("--resume", "resume continues a run directory; it needs write=True")
     run_dir = None
     if write:  # claim the target before any work: no other run can take it meanwhile
         if out is not None:
@@ -365,7 +380,15 @@ def run(
             name = sc.output.name or f"{sc.name}-seed{sc.seed}"
             run_dir = claim_default_run_dir(sc.output.dir, name)
     try:
-        return _run(sc, run_dir, device=device, executor=executor, write=write, progress=progress)
+        return _run(
+            sc,
+            run_dir,
+            device=device,
+            executor=executor,
+            write=write,
+            progress=progress,
+            resume=resume,
+        )
     finally:
         if run_dir is not None:
             release(run_dir)
@@ -438,25 +461,45 @@ def _run(
     executor: str | None,
     write: bool,
     progress: bool | None,
+    resume: bool = False,
 ) -> RunResult:
     """Build everything and simulate (``run`` after the target is claimed)."""
     torch_device = resolve_device(device)
     cost_only = sc.execution.cost_only
     world = build_world(sc, torch_device)
     clients, data, num_train, models = world.clients, world.data, world.num_train, world.models
+    job_executor = build_executor(sc, world.ctx, executor)
+    evaluator: Any = world.evaluator
+    checkpointer = None
+    if run_dir is not None:  # checkpoints sit beside the run directory until it is written
+        path = checkpoint_path(run_dir)
+        digest = scenario_digest(sc.model_dump(mode="json"))
+        saved = load_checkpoint(path, digest) if resume else None
+        if saved is None and path.exists():
+            log.info("%s: starting over; add --resume to continue the interrupted run", path)
+        job_executor = ReplayingExecutor(job_executor, record=not cost_only)
+        if saved is not None:
+            job_executor.replay(saved["log"], CostOnlyExecutor(world.ctx))
+            evaluator = ReplayEvaluator(world.evaluator)
+            log.info("replaying the first %d rounds without training", saved["rounds_done"])
+        out = sc.output
+        checkpointer = Checkpointer(
+            path, digest, out.checkpoint_every, out.checkpoint_minutes, saved
+        )
     sim = Simulation(
         algorithm=world.ctx.algorithm,
-        executor=build_executor(sc, world.ctx, executor),
+        executor=job_executor,
         network=world.network,
         clients=clients,
         indices=[data.client_indices(c) for c in range(sc.clients.count)],
         server_device=DEVICES.get(sc.server.device),
-        evaluator=world.evaluator,
+        evaluator=evaluator,
         protocol=sc.protocol,
         seed=sc.seed,
         training=world.ctx,
         public_nbytes=world.public_nbytes,
         faults=world.faults,
+        checkpointer=checkpointer,
     )
     show = sc.output.progress if progress is None else progress
     with tqdm(total=sc.protocol.rounds, desc=sc.name, unit="round", disable=not show) as bar:
@@ -471,7 +514,20 @@ def _run(
             bar.update()
 
         sim.on_round = on_round
-        sim.run(PROTOCOLS.get(sc.protocol.kind))
+        try:
+            sim.run(PROTOCOLS.get(sc.protocol.kind))
+        except BaseException:
+            if checkpointer is not None and checkpointer.path.exists():
+                log.warning(
+                    "kept the checkpoint after round %d (%s): continue with --resume and the "
+                    "same --out %s",
+                    checkpointer.saved_rounds,
+                    checkpointer.path,
+                    run_dir,
+                )
+            raise
+    if checkpointer is not None and checkpointer.replaying:
+        raise CheckpointMismatch(f"the replay never reached round {checkpointer.resume_round}")
     close = getattr(sim.executor, "close", None)
     if close is not None:
         close()
@@ -513,6 +569,8 @@ def _run(
     if write:
         assert run_dir is not None
         write_run_directory(result, run_dir)
+        if checkpointer is not None:
+            checkpointer.path.unlink(missing_ok=True)
         log.info("wrote %s", run_dir)
     return result
 

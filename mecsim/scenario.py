@@ -202,6 +202,19 @@ class OutputConfig(Section):
     )
     overwrite: bool = False
     progress: bool = True
+    checkpoint_every: int | None = Field(
+        default=None,
+        ge=1,
+        le=10_000_000,
+        description="save a checkpoint every N rounds (also: every checkpoint_minutes)",
+    )
+    checkpoint_minutes: float = Field(
+        default=5.0,
+        ge=0,
+        le=1e6,
+        description="save a checkpoint at the first round end after this many wall-clock "
+        "minutes since the last (0: only checkpoint_every)",
+    )
 
 
 class ExecutionConfig(Section):

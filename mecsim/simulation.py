@@ -22,6 +22,7 @@ import simpy
 
 from mecsim.algorithms.base import SERVER, Algorithm, ClientState, RoundContext, Task, Upload
 from mecsim.channels.sharing import Reception, Transmission
+from mecsim.checkpoint import Ledger
 from mecsim.cost import compute_cost
 from mecsim.devices import DeviceProfile
 from mecsim.errors import ConfigError
@@ -35,6 +36,7 @@ from mecsim.rng import numpy_rng
 from mecsim.state import Payload, payload_nbytes
 
 if TYPE_CHECKING:
+    from mecsim.checkpoint import Checkpointer
     from mecsim.protocols.settings import ProtocolSettings
 
 Process = Generator[simpy.Event, Any, Any]
@@ -61,6 +63,7 @@ class Simulation:
         training: TrainingContext | None = None,
         on_round: Callable[[dict[str, Any]], None] | None = None,
         faults: Faults | None = None,
+        checkpointer: Checkpointer | None = None,
     ) -> None:
         self.env = simpy.Environment()
         network.bind(self.env)
@@ -80,6 +83,10 @@ class Simulation:
         self.on_round = on_round
         self.faults = faults if faults is not None and faults.active else None
         """Client dropout and availability (see :mod:`mecsim.faults`), if any."""
+        self.checkpointer = checkpointer
+        """Saves checkpoints at round ends, or swaps a saved one in (``--resume``)."""
+        self.ledger = Ledger()
+        """Payloads and job results processes hold across events (what a checkpoint saves)."""
         self.recorder = Recorder()
         self.server_state = algorithm.init_server_state()
         self.client_states = [algorithm.init_client_state(c.id) for c in self.clients]
@@ -151,11 +158,14 @@ class Simulation:
     def payloads(self, selected: Sequence[int], round_: int = 0) -> dict[int, Payload | None]:
         """The downlink payload of each selected client (one shared object if broadcast)."""
         if self.algorithm.broadcast:
-            shared = self.algorithm.downlink(self.server_state, self.context(round_, None))
+            shared = self.payload(round_, None)
             return {c: shared for c in selected}
-        return {
-            c: self.algorithm.downlink(self.server_state, self.context(round_, c)) for c in selected
-        }
+        return {c: self.payload(round_, c) for c in selected}
+
+    def payload(self, round_: int, client: int | None) -> Payload | None:
+        """The algorithm's downlink payload for ``client`` (None: the broadcast one) now."""
+        context = self.context(round_, client)
+        return self.ledger.add(self.algorithm.downlink(self.server_state, context))
 
     def execute(
         self,
@@ -182,7 +192,7 @@ class Simulation:
             for c, payload in payloads.items()
         ]
         started = time.perf_counter()
-        results = {r.client: r for r in self.executor.run(jobs)}
+        results = {r.client: self.ledger.add_result(r) for r in self.executor.run(jobs)}
         self._train_wall_s += time.perf_counter() - started
         return results
 
@@ -442,6 +452,7 @@ class Simulation:
         )
         started = time.perf_counter()
         (result,) = self.executor.run([job])
+        self.ledger.add_result(result)
         self._train_wall_s += time.perf_counter() - started
         self.server_state = result.state
         for task in tasks:
@@ -516,8 +527,16 @@ class Simulation:
         self.recorder.round(**row)
         self._wall_start = now
         self._train_wall_s = 0.0
+        if self.checkpointer is not None:
+            self.checkpointer.after_round(self, len(self.recorder._rounds))
+        self.ledger.prune()
         if self.on_round is not None:
             self.on_round(row)
+
+    def restart_wall_clock(self) -> None:
+        """Measure the next round's wall time from now (after a resumed run's replay)."""
+        self._wall_start = time.perf_counter()
+        self._train_wall_s = 0.0
 
     def _occupy(self, client: int, flops: int, start: float) -> tuple[float, float]:
         """Book ``client``'s device for ``flops`` from ``start``; return (seconds, joules)."""

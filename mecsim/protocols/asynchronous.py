@@ -144,7 +144,7 @@ class _AsyncServer:
         """One job: its events carry ``job`` and, as ``round``, the update it started under."""
         sim = self.sim
         version = self.version
-        payload = sim.algorithm.downlink(sim.server_state, sim.context(job, client))
+        payload = sim.payload(job, client)
         # clients that start together on the same model share one broadcast
         join = ("version", version) if sim.algorithm.broadcast else None
         delivery = sim.downlink_transfers(

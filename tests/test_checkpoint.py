@@ -1,0 +1,243 @@
+"""Checkpoint and resume: an interrupted run continued with ``resume=True`` writes the
+tables an uninterrupted run writes (all columns but wall-clock ones)."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+import mecsim
+import mecsim.runner
+from mecsim.checkpoint import Ledger, checkpoint_path, load_checkpoint, scenario_digest
+from mecsim.errors import ConfigError
+from mecsim.scenario import load_scenario
+from mecsim.simulation import Simulation
+
+WALL = ["wall_s", "wall_train_s"]
+
+
+def _scenario(tiny: dict[str, Any], **sections: dict[str, Any]) -> dict[str, Any]:
+    sc = copy.deepcopy(tiny)
+    sc["protocol"] = {"rounds": 5}
+    sc["clients"] = {"count": 6, "distance_m": {"dist": "uniform", "low": 100, "high": 400}}
+    sc["output"] = {"progress": False, "checkpoint_every": 1, "checkpoint_minutes": 0}
+    for name, values in sections.items():
+        sc.setdefault(name, {}).update(values)
+    return sc
+
+
+class Stop(BaseException):
+    """Stands in for SIGINT/SIGTERM (raised where the run is, like KeyboardInterrupt)."""
+
+
+def _interrupt_after(monkeypatch: pytest.MonkeyPatch, rounds: int, also: int = 0) -> None:
+    """Raise Stop at the end of round ``rounds`` (after its checkpoint), or ``also`` events
+    later (mid-round) when ``also`` > 0."""
+    original_end_round = Simulation.end_round
+    original_event = mecsim.recorder.Recorder.event
+    state = {"rows": 0, "events_after": None}
+
+    def end_round(self: Simulation, *args: Any, **kwargs: Any) -> None:
+        original_end_round(self, *args, **kwargs)
+        state["rows"] += 1
+        if state["rows"] == rounds:
+            if also == 0:
+                raise Stop
+            state["events_after"] = 0
+
+    def event(self: Any, *args: Any, **kwargs: Any) -> None:
+        original_event(self, *args, **kwargs)
+        if state["events_after"] is not None:
+            state["events_after"] += 1
+            if state["events_after"] == also:
+                raise Stop
+
+    monkeypatch.setattr(Simulation, "end_round", end_round)
+    monkeypatch.setattr(mecsim.recorder.Recorder, "event", event)
+
+
+def _tables(run_dir: Path) -> dict[str, pd.DataFrame]:
+    return {
+        name: pd.read_parquet(run_dir / f"{name}.parquet")
+        for name in ("events", "rounds", "clients")
+    }
+
+
+def _assert_same_tables(a: Path, b: Path) -> None:
+    ta, tb = _tables(a), _tables(b)
+    pd.testing.assert_frame_equal(ta["events"], tb["events"])
+    pd.testing.assert_frame_equal(ta["clients"], tb["clients"])
+    pd.testing.assert_frame_equal(ta["rounds"].drop(columns=WALL), tb["rounds"].drop(columns=WALL))
+
+
+CASES = {
+    "compute_and_wait": {"algorithm": {"name": "ditto", "lam": 0.5}},
+    "wait_free_window": {"protocol": {"kind": "wait_free"}, "algorithm": {"name": "ditto"}},
+    "wait_free_epochs": {
+        "protocol": {"kind": "wait_free", "personal_budget": "epochs"},
+        "algorithm": {"name": "ditto"},
+    },
+    "deadline_carry": {
+        "protocol": {"kind": "deadline", "deadline_s": 1.0, "late": "carry"},
+    },
+    "fedasync": {"protocol": {"kind": "fedasync", "concurrency": 3}},
+    "fedbuff": {"protocol": {"kind": "fedbuff", "concurrency": 4, "buffer_size": 2}},
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_resume_reproduces_the_uninterrupted_tables(
+    tiny: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, case: str
+) -> None:
+    sc = _scenario(tiny, **CASES[case])
+    whole = mecsim.run(copy.deepcopy(sc), out=tmp_path / "whole").run_dir
+    target = tmp_path / "cut"
+    with monkeypatch.context() as patch:
+        _interrupt_after(patch, 2, also=3 if case in ("fedasync", "fedbuff") else 0)
+        with pytest.raises(Stop):
+            mecsim.run(copy.deepcopy(sc), out=target)
+    assert not target.exists()  # nothing at the target
+    assert checkpoint_path(target).is_file()
+    resumed = mecsim.run(copy.deepcopy(sc), out=target, resume=True).run_dir
+    assert resumed is not None and whole is not None
+    _assert_same_tables(whole, resumed)
+    assert not checkpoint_path(target).exists()  # removed once the run is written
+
+
+@pytest.mark.parametrize("executor", ["serial", "batched"])
+def test_resume_matches_under_each_executor(
+    tiny: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, executor: str
+) -> None:
+    sc = _scenario(tiny, execution={"executor": executor})
+    whole = mecsim.run(copy.deepcopy(sc), out=tmp_path / "whole").run_dir
+    for cut in (1, 3):  # interrupted twice, resumed twice
+        with monkeypatch.context() as patch:
+            _interrupt_after(patch, cut)
+            with pytest.raises(Stop):
+                mecsim.run(copy.deepcopy(sc), out=tmp_path / "cut", resume=cut > 1)
+    resumed = mecsim.run(copy.deepcopy(sc), out=tmp_path / "cut", resume=True).run_dir
+    assert whole is not None and resumed is not None
+    _assert_same_tables(whole, resumed)
+
+
+def test_checkpoint_holds_states_and_the_rows_so_far(
+    tiny: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sc = _scenario(tiny)
+    with monkeypatch.context() as patch:
+        _interrupt_after(patch, 3)
+        with pytest.raises(Stop):
+            mecsim.run(copy.deepcopy(sc), out=tmp_path / "cut")
+    digest = scenario_digest(load_scenario(sc).model_dump(mode="json"))
+    saved = load_checkpoint(checkpoint_path(tmp_path / "cut"), digest)
+    assert saved["rounds_done"] == 3
+    assert [row["round"] for row in saved["rounds"]] == [0, 1, 2]
+    assert len(saved["client_states"]) == 6
+    assert saved["sim_time"] == saved["rounds"][-1]["t_end"]
+
+
+def test_resume_refuses_a_missing_or_foreign_checkpoint(
+    tiny: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sc = _scenario(tiny)
+    with pytest.raises(ConfigError, match="--resume.*no checkpoint"):
+        mecsim.run(copy.deepcopy(sc), out=tmp_path / "none", resume=True)
+    with monkeypatch.context() as patch:
+        _interrupt_after(patch, 2)
+        with pytest.raises(Stop):
+            mecsim.run(copy.deepcopy(sc), out=tmp_path / "cut")
+    other = copy.deepcopy(sc)
+    other["algorithm"]["lr"] = 0.01
+    with pytest.raises(ConfigError, match="different scenario"):
+        mecsim.run(other, out=tmp_path / "cut", resume=True)
+    checkpoint_path(tmp_path / "cut").write_bytes(b"truncated")
+    with pytest.raises(ConfigError, match="cannot read the checkpoint"):
+        mecsim.run(copy.deepcopy(sc), out=tmp_path / "cut", resume=True)
+    assert not (tmp_path / "cut").exists()
+
+
+def test_settings_that_do_not_change_results_may_change_on_resume(
+    tiny: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sc = _scenario(tiny)
+    whole = mecsim.run(copy.deepcopy(sc), out=tmp_path / "whole").run_dir
+    with monkeypatch.context() as patch:
+        _interrupt_after(patch, 2)
+        with pytest.raises(Stop):
+            mecsim.run(copy.deepcopy(sc), out=tmp_path / "cut")
+    later = copy.deepcopy(sc)
+    later["output"]["checkpoint_every"] = 2
+    later["execution"] = {"executor": "serial"}
+    resumed = mecsim.run(later, out=tmp_path / "cut", resume=True).run_dir
+    assert whole is not None and resumed is not None
+    _assert_same_tables(whole, resumed)
+
+
+def test_ledger_forgets_objects_nothing_refers_to() -> None:
+    ledger = Ledger()
+    kept = ledger.add({"a": 1})
+    ledger.add({"b": 2})  # dropped at once
+    ledger.add(None)  # never numbered
+    assert ledger.count == 2
+    assert list(ledger.live()) == [0]
+    assert ledger.live()[0] is kept
+
+
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM", "SIGKILL"])
+def test_cli_resume_after_a_signal(tiny: dict[str, Any], tmp_path: Path, sig: str) -> None:
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import tomli_w
+
+    sc = _scenario(tiny)
+    sc["protocol"]["rounds"] = 60
+    path = tmp_path / "s.toml"
+    path.write_text(tomli_w.dumps(sc))
+    target = tmp_path / "run"
+    command = [sys.executable, "-m", "mecsim", "run", str(path), "--out", str(target)]
+    proc = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while not checkpoint_path(target).exists() and time.time() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(getattr(signal, sig))
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == {"SIGINT": 130, "SIGTERM": 143, "SIGKILL": -9}[sig], err
+    assert not target.exists() and checkpoint_path(target).is_file()
+    if sig != "SIGKILL":
+        assert "--resume" in err and "Traceback" not in err
+
+    done = subprocess.run([*command, "--resume"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "replaying the first" in done.stderr
+    whole = mecsim.run(copy.deepcopy(sc), out=tmp_path / "whole").run_dir
+    assert whole is not None
+    _assert_same_tables(whole, target)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run", "s.toml", "whole"]
+
+
+def test_interrupted_while_writing_keeps_the_checkpoint(
+    tiny: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sc = _scenario(tiny)
+    target = tmp_path / "cut"
+
+    def write_file(path: Path, write: Any) -> None:
+        raise Stop
+
+    with monkeypatch.context() as patch:
+        patch.setattr(mecsim.runner, "write_file", write_file)
+        with pytest.raises(Stop):
+            mecsim.run(copy.deepcopy(sc), out=target)
+    assert not target.exists() and checkpoint_path(target).is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".cut.checkpoint.pt"]
+    whole = mecsim.run(copy.deepcopy(sc), out=tmp_path / "whole").run_dir
+    resumed = mecsim.run(copy.deepcopy(sc), out=target, resume=True).run_dir
+    assert whole is not None and resumed is not None
+    _assert_same_tables(whole, resumed)
