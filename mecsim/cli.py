@@ -110,7 +110,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     in which case nothing is written at the target.
     """
     args = _parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    # mecsim's own messages at INFO; other libraries' (torch's exit-time stats) from WARNING
+    logging.basicConfig(level=logging.WARNING, format="%(message)s", stream=sys.stderr)
+    logging.getLogger("mecsim").setLevel(logging.INFO)
     try:
         previous = signal.signal(signal.SIGTERM, _on_sigterm)
     except ValueError:  # not the main thread: leave signals alone

@@ -93,7 +93,7 @@ def remove_stale_partials(parent: Path) -> list[Path]:
             path.unlink(missing_ok=True)
         removed.append(path)
     for path in removed:
-        log.warning("removed %s, left by a run that was killed while writing", path)
+        log.warning("removed %s, left by a mecsim run that was killed", path)
     return removed
 
 

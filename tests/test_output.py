@@ -215,7 +215,7 @@ def test_leftovers_of_a_killed_run_are_removed_by_the_next_run(tiny, tmp_path, c
         mecsim.run(tiny, COST_ONLY, out=tmp_path / "new-run")
 
     assert not dead.exists() and not (tmp_path / ".old-run.claim").exists()
-    assert "killed while writing" in caplog.text
+    assert "left by a mecsim run that was killed" in caplog.text
 
 
 def test_unreadable_inputs_and_internal_errors_end_in_one_line(tmp_path, capsys, monkeypatch):
