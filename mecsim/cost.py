@@ -67,6 +67,7 @@ def _count_step(
         name: {
             "x": torch.zeros(shape, device=device, dtype=reference.dtype),
             "y": torch.zeros(shape[0], dtype=torch.long, device=device),
+            "i": torch.zeros(shape[0], dtype=torch.long, device=device),
         }
         for name, shape in shapes.items()
     }

@@ -175,13 +175,15 @@ def step_batches(splits: Mapping[str, SplitData], steps: int) -> dict[str, Tenso
 
 
 def gather(splits: Mapping[str, SplitData], indices: Mapping[str, Tensor]) -> Batch:
-    """The mini-batch of each split at ``indices`` (labels only where the split has them)."""
+    """The mini-batch of each split at ``indices``: inputs ``x``, labels ``y`` where the
+    split has them, and ``i``, the samples' indices into the split's tensors (so a loss
+    can look up per-sample targets, e.g. COMET's centroid logits on the public set)."""
     batch: Batch = {}
     for name, split in splits.items():
         idx = indices[name]
-        batch[name] = (
-            {"x": split.x[idx]} if split.y is None else {"x": split.x[idx], "y": split.y[idx]}
-        )
+        batch[name] = {"x": split.x[idx], "i": idx}
+        if split.y is not None:
+            batch[name]["y"] = split.y[idx]
     return batch
 
 

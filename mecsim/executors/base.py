@@ -253,7 +253,10 @@ def infer_many(ctx: TrainingContext, batch: TaskBatch) -> list[TrainResult]:
     results = []
     for position, start in enumerate(batch.starts):
         split = batch.splits(position)[batch.task.split]
-        outputs = infer(function, start, split.x[split.indices])
+        device = next(iter(start.params.values())).device  # "meta" in cost-only runs
+        outputs = infer(function, start, split.x[split.indices].to(device))
+        if split.y is not None:  # the labels of the split, in the same order as the outputs
+            outputs["labels"] = split.y[split.indices].to(device)
         n = len(split.indices)
         results.append(TrainResult(start, 0, n, n * ctx.per_sample_flops[batch.arch], outputs))
     return results
