@@ -14,6 +14,7 @@ from mecsim.algorithms import (  # noqa: F401  (importing a module registers its
     fedrod,
     local,
     moon,
+    persfl,
     scaffold,
     scd,
 )

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from mecsim.state import TensorDict
+from mecsim.state import ModelState, TensorDict
 from mecsim.training import Batch, Forward, Loss
 
 
@@ -65,3 +65,13 @@ def cosine_similarity(a: Tensor, b: Tensor, eps: float = 1e-8) -> Tensor:
 def detached(outputs: dict[str, Tensor]) -> dict[str, Tensor]:
     """Outputs of a reference model with gradients cut."""
     return {k: torch.Tensor.detach(v) for k, v in outputs.items()}
+
+
+def prefixed(prefix: str, state: ModelState) -> TensorDict:
+    """A model's tensors as task constants named ``prefix + key`` (a teacher, the global model)."""
+    return {f"{prefix}{k}": v for k, v in state.to_payload().items()}
+
+
+def unprefixed(prefix: str, consts: TensorDict) -> TensorDict:
+    """The tensors :func:`prefixed` stored under ``prefix``, by their own names."""
+    return {k[len(prefix) :]: v for k, v in consts.items() if k.startswith(prefix)}

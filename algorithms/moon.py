@@ -19,7 +19,13 @@ from __future__ import annotations
 import torch
 from mecsim.algorithms.base import AlgorithmSettings, ClientState, RoundContext, Task
 from mecsim.algorithms.fedavg import FedAvg
-from mecsim.algorithms.losses import cosine_similarity, cross_entropy, detached
+from mecsim.algorithms.losses import (
+    cosine_similarity,
+    cross_entropy,
+    detached,
+    prefixed,
+    unprefixed,
+)
 from mecsim.algorithms.registry import ALGORITHMS
 from pydantic import Field
 
@@ -30,14 +36,6 @@ from mecsim.training import Loss, TrainResult
 class MOONSettings(AlgorithmSettings):
     mu: float = Field(default=1.0, ge=0, description="weight of the contrastive loss")
     temperature: float = Field(default=0.5, gt=0, description="tau of the contrastive loss")
-
-
-def _prefixed(prefix: str, state: ModelState) -> TensorDict:
-    return {f"{prefix}{k}": v for k, v in state.to_payload().items()}
-
-
-def _unprefixed(prefix: str, consts: TensorDict) -> TensorDict:
-    return {k[len(prefix) :]: v for k, v in consts.items() if k.startswith(prefix)}
 
 
 @ALGORITHMS.register("moon", "MOON: model-contrastive loss on features (Li et al. 2021)")
@@ -54,7 +52,7 @@ class MOON(FedAvg):
     ) -> TensorDict:
         assert payload is not None, "MOON clients start from the global model"
         glob = ModelState.from_payload(payload, self.initial)
-        return {**_prefixed("global.", glob), **_prefixed("previous.", state["previous"])}
+        return {**prefixed("global.", glob), **prefixed("previous.", state["previous"])}
 
     def loss(self, task: Task) -> Loss:
         mu, tau = self.settings.mu, self.settings.temperature
@@ -67,7 +65,7 @@ class MOON(FedAvg):
             out = forward(data["x"])
             views = []
             for prefix in ("global.", "previous."):
-                other = _unprefixed(prefix, consts)
+                other = unprefixed(prefix, consts)
                 views.append(
                     detached(forward(data["x"], params_of(other), buffers_of(other)))["features"]
                 )

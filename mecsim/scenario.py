@@ -430,6 +430,24 @@ def _check_algorithm(scenario: Scenario) -> list[Problem]:
                 f"mixed architectures work with: {supporting}",
             )
         )
+    required = getattr(algorithm, "required_rounds", None)
+    if required is not None and scenario.protocol.rounds != required(scenario.algorithm):
+        rounds = required(scenario.algorithm)
+        problems.append(
+            Problem(
+                "protocol.rounds",
+                f"algorithm {name!r} runs {rounds - 1} FL rounds (algorithm.fl_rounds) and then "
+                f"one local round: set protocol.rounds = {rounds}",
+            )
+        )
+    if getattr(algorithm, "needs_validation", False) and scenario.data.val_fraction == 0:
+        problems.append(
+            Problem(
+                "data.val_fraction",
+                f"algorithm {name!r} selects models on each client's validation split; "
+                "set data.val_fraction > 0 (e.g. 0.2)",
+            )
+        )
     if algorithm.public_data != "none" and scenario.data.public_size == 0:
         problems.append(
             Problem("data.public_size", f"algorithm {name!r} needs public data; set a size > 0")

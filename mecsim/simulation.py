@@ -516,7 +516,7 @@ class Simulation:
             "updates": self._updates,
             **extra,
         }
-        if self._updates == 0 and self._uploads:
+        if self._updates == 0 and any(t.uploads for t in self.tasks(round_)):
             log.warning(
                 "round %d: no client update reached the server (deadline, failed or "
                 "late transfers); the global model did not change",

@@ -39,6 +39,23 @@ def cases() -> list:
     return out
 
 
+def needs(name: str) -> list[str]:
+    """What the algorithm declares it needs: public data, validation data, a round count."""
+    algorithm = ALGORITHMS.get(name)
+    out = []
+    if algorithm.public_data != "none":
+        out += ["data.public_size=40", "algorithm.public_batch_size=8"]
+    if getattr(algorithm, "needs_validation", False):
+        out.append("data.val_fraction=0.3")
+    if getattr(algorithm, "required_rounds", None) is not None:  # PersFL: 1 FL round + 1 local
+        out += ["algorithm.fl_rounds=1", "algorithm.temperatures=[2]", "algorithm.imitations=[0.5]"]
+        out += ["algorithm.distill_epochs=1"]
+    fields = algorithm.Settings.model_fields
+    return [
+        o for o in out if not o.startswith("algorithm.") or o.split(".")[1].split("=")[0] in fields
+    ]
+
+
 def overrides(name: str, kind: str) -> list[str]:
     fields = ALGORITHMS.get(name).Settings.model_fields
     short = [f"algorithm.{k}={v}" for k, v in SHORT.items() if k in fields]
@@ -51,6 +68,7 @@ def overrides(name: str, kind: str) -> list[str]:
         f"protocol.kind={kind}",
         *short,
         *PROTOCOL_KEYS.get(kind, []),
+        *needs(name),
     ]
 
 
