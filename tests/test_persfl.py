@@ -53,13 +53,17 @@ def _val_data(tiny):
     return world.data
 
 
+def _cnn() -> tuple[ModelFunction, ModelState]:
+    """The run's architecture in eval mode, and its initial state (a template)."""
+    model = build_model("cnn-small", input_shape=(1, 8, 8), num_classes=10, seed=0)
+    model.eval()
+    return ModelFunction(model), ModelState.of(model)
+
+
 def test_the_teacher_is_the_received_global_model_with_the_lowest_validation_loss(persfl_run, tiny):
     result, received = persfl_run
     data = _val_data(tiny)
-    model = build_model("cnn-small", input_shape=(1, 8, 8), num_classes=10, seed=0)
-    function = ModelFunction(model)
-    model.eval()
-    template = ModelState.of(model)
+    function, template = _cnn()
     for c, state in enumerate(result.client_states):
         idx = data.val[c]
         x, y = data.x_train[idx], data.y_train[idx]
@@ -102,9 +106,7 @@ def test_stage_two_is_local_distillation_of_every_grid_point(persfl_run):
 def test_the_personal_model_is_the_best_candidate_on_validation(persfl_run, tiny):
     result, _ = persfl_run
     data = _val_data(tiny)
-    model = build_model("cnn-small", input_shape=(1, 8, 8), num_classes=10, seed=0)
-    function = ModelFunction(model)
-    model.eval()
+    function, _ = _cnn()
     for c, state in enumerate(result.client_states):
         idx = data.val[c]
         personal = state["personal"]
