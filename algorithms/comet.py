@@ -169,7 +169,7 @@ class Comet(Algorithm):
         if centroids is None:  # no logits reached the server last round
             model = state["local"]
             classes = model.params[self.arch(ctx.client).head.param_names[0]].shape[0]
-            target = torch.zeros(ctx.num_samples["public"], classes, device=_device(model))
+            target = torch.zeros(ctx.num_samples["public"], classes, device=model.device)
             return {"target": target, "weight": torch.tensor(0.0, device=target.device)}
         return {
             "target": nearest_centroid(centroids, state.get("probe")),
@@ -193,7 +193,3 @@ def nearest_centroid(centroids: torch.Tensor, probe: torch.Tensor | None) -> tor
         return centroids[0]
     distances = ((centroids - probe.unsqueeze(0)) ** 2).flatten(1).sum(dim=1)
     return centroids[int(np.argmin(distances.cpu().numpy()))]
-
-
-def _device(model: ModelState) -> torch.device:
-    return next(iter(model.params.values())).device

@@ -466,17 +466,18 @@ def _run(
     """Build everything and simulate (``run`` after the target is claimed)."""
     torch_device = resolve_device(device)
     cost_only = sc.execution.cost_only
+    if run_dir is not None:  # checkpoints sit beside the run directory until it is written
+        path = checkpoint_path(run_dir)
+        digest = scenario_digest(sc.model_dump(mode="json"))
+        saved = load_checkpoint(path, digest) if resume else None  # refused before any work
+        if saved is None and path.exists():
+            log.info("%s: starting over; add --resume to continue the interrupted run", path)
     world = build_world(sc, torch_device)
     clients, data, num_train, models = world.clients, world.data, world.num_train, world.models
     job_executor = build_executor(sc, world.ctx, executor)
     evaluator: Any = world.evaluator
     checkpointer = None
-    if run_dir is not None:  # checkpoints sit beside the run directory until it is written
-        path = checkpoint_path(run_dir)
-        digest = scenario_digest(sc.model_dump(mode="json"))
-        saved = load_checkpoint(path, digest) if resume else None
-        if saved is None and path.exists():
-            log.info("%s: starting over; add --resume to continue the interrupted run", path)
+    if run_dir is not None:
         job_executor = ReplayingExecutor(job_executor, record=not cost_only)
         if saved is not None:
             job_executor.replay(saved["log"], CostOnlyExecutor(world.ctx))

@@ -81,6 +81,11 @@ class ModelState:
     def num_params(self) -> int:
         return sum(p.numel() for p in self.params.values())
 
+    @property
+    def device(self) -> torch.device:
+        """Where the parameters live (``meta`` in cost-only runs)."""
+        return next(iter(self.params.values())).device
+
     def to(self, device: torch.device | str) -> ModelState:
         return ModelState(
             {k: v.to(device) for k, v in self.params.items()},

@@ -60,6 +60,21 @@ def _interrupt_after(monkeypatch: pytest.MonkeyPatch, rounds: int, also: int = 0
     monkeypatch.setattr(mecsim.recorder.Recorder, "event", event)
 
 
+def _interrupted_run(
+    monkeypatch: pytest.MonkeyPatch,
+    sc: dict[str, Any],
+    out: Path,
+    rounds: int,
+    also: int = 0,
+    resume: bool = False,
+) -> None:
+    """Run ``sc`` into ``out`` and stop it as :func:`_interrupt_after` says."""
+    with monkeypatch.context() as patch:
+        _interrupt_after(patch, rounds, also)
+        with pytest.raises(Stop):
+            mecsim.run(copy.deepcopy(sc), out=out, resume=resume)
+
+
 def _tables(run_dir: Path) -> dict[str, pd.DataFrame]:
     return {
         name: pd.read_parquet(run_dir / f"{name}.parquet")
@@ -96,10 +111,7 @@ def test_resume_reproduces_the_uninterrupted_tables(
     sc = _scenario(tiny, **CASES[case])
     whole = mecsim.run(copy.deepcopy(sc), out=tmp_path / "whole").run_dir
     target = tmp_path / "cut"
-    with monkeypatch.context() as patch:
-        _interrupt_after(patch, 2, also=3 if case in ("fedasync", "fedbuff") else 0)
-        with pytest.raises(Stop):
-            mecsim.run(copy.deepcopy(sc), out=target)
+    _interrupted_run(monkeypatch, sc, target, 2, also=3 if case in ("fedasync", "fedbuff") else 0)
     assert not target.exists()  # nothing at the target
     assert checkpoint_path(target).is_file()
     resumed = mecsim.run(copy.deepcopy(sc), out=target, resume=True).run_dir
@@ -115,10 +127,7 @@ def test_resume_matches_under_each_executor(
     sc = _scenario(tiny, execution={"executor": executor})
     whole = mecsim.run(copy.deepcopy(sc), out=tmp_path / "whole").run_dir
     for cut in (1, 3):  # interrupted twice, resumed twice
-        with monkeypatch.context() as patch:
-            _interrupt_after(patch, cut)
-            with pytest.raises(Stop):
-                mecsim.run(copy.deepcopy(sc), out=tmp_path / "cut", resume=cut > 1)
+        _interrupted_run(monkeypatch, sc, tmp_path / "cut", cut, resume=cut > 1)
     resumed = mecsim.run(copy.deepcopy(sc), out=tmp_path / "cut", resume=True).run_dir
     assert whole is not None and resumed is not None
     _assert_same_tables(whole, resumed)
@@ -128,10 +137,7 @@ def test_checkpoint_holds_states_and_the_rows_so_far(
     tiny: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     sc = _scenario(tiny)
-    with monkeypatch.context() as patch:
-        _interrupt_after(patch, 3)
-        with pytest.raises(Stop):
-            mecsim.run(copy.deepcopy(sc), out=tmp_path / "cut")
+    _interrupted_run(monkeypatch, sc, tmp_path / "cut", 3)
     digest = scenario_digest(load_scenario(sc).model_dump(mode="json"))
     saved = load_checkpoint(checkpoint_path(tmp_path / "cut"), digest)
     assert saved["rounds_done"] == 3
@@ -146,10 +152,7 @@ def test_resume_refuses_a_missing_or_foreign_checkpoint(
     sc = _scenario(tiny)
     with pytest.raises(ConfigError, match="--resume.*no checkpoint"):
         mecsim.run(copy.deepcopy(sc), out=tmp_path / "none", resume=True)
-    with monkeypatch.context() as patch:
-        _interrupt_after(patch, 2)
-        with pytest.raises(Stop):
-            mecsim.run(copy.deepcopy(sc), out=tmp_path / "cut")
+    _interrupted_run(monkeypatch, sc, tmp_path / "cut", 2)
     other = copy.deepcopy(sc)
     other["algorithm"]["lr"] = 0.01
     with pytest.raises(ConfigError, match="different scenario"):
@@ -165,10 +168,7 @@ def test_settings_that_do_not_change_results_may_change_on_resume(
 ) -> None:
     sc = _scenario(tiny)
     whole = mecsim.run(copy.deepcopy(sc), out=tmp_path / "whole").run_dir
-    with monkeypatch.context() as patch:
-        _interrupt_after(patch, 2)
-        with pytest.raises(Stop):
-            mecsim.run(copy.deepcopy(sc), out=tmp_path / "cut")
+    _interrupted_run(monkeypatch, sc, tmp_path / "cut", 2)
     later = copy.deepcopy(sc)
     later["output"]["checkpoint_every"] = 2
     later["execution"] = {"executor": "serial"}

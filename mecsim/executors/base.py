@@ -253,10 +253,9 @@ def infer_many(ctx: TrainingContext, batch: TaskBatch) -> list[TrainResult]:
     results = []
     for position, start in enumerate(batch.starts):
         split = batch.splits(position)[batch.task.split]
-        device = next(iter(start.params.values())).device  # "meta" in cost-only runs
-        outputs = infer(function, start, split.x[split.indices].to(device))
+        outputs = infer(function, start, split.x[split.indices].to(start.device))
         if split.y is not None:  # the labels of the split, in the same order as the outputs
-            outputs["labels"] = split.y[split.indices].to(device)
+            outputs["labels"] = split.y[split.indices].to(start.device)
         n = len(split.indices)
         results.append(TrainResult(start, 0, n, n * ctx.per_sample_flops[batch.arch], outputs))
     return results
