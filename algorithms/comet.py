@@ -39,22 +39,14 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-import torch.nn.functional as F
-from mecsim.algorithms.base import (
-    Algorithm,
-    AlgorithmSettings,
-    ClientState,
-    RoundContext,
-    ServerState,
-    Task,
-    Upload,
-)
+from mecsim.algorithms.base import AlgorithmSettings, RoundContext, ServerState, Task, Upload
 from mecsim.algorithms.clustering import kmeans, kmeans_flops
+from mecsim.algorithms.logit_exchange import LogitExchange, soft_decisions
 from mecsim.algorithms.losses import cross_entropy
 from mecsim.algorithms.registry import ALGORITHMS
 from pydantic import Field
 
-from mecsim.state import ModelState, Payload, TensorDict
+from mecsim.state import Payload
 from mecsim.training import Loss, TrainResult
 
 
@@ -68,11 +60,6 @@ class CometSettings(AlgorithmSettings):
     lam: float = Field(default=2.0, ge=0, description="lambda: weight of the codistillation term")
     public_batch_size: int = Field(default=128, ge=1, description="b': public mini-batch size")
     kmeans_iterations: int = Field(default=30, ge=1, le=10_000, description="Lloyd iterations")
-
-
-def soft_decisions(logits: torch.Tensor) -> torch.Tensor:
-    """s(w, x): the model's class probabilities."""
-    return F.softmax(logits, dim=-1)
 
 
 def codistillation_loss(lam: float) -> Loss:
@@ -91,47 +78,36 @@ def codistillation_loss(lam: float) -> Loss:
 
 
 @ALGORITHMS.register("comet", "COMET: clustered codistillation over public-set logits")
-class Comet(Algorithm):
+class Comet(LogitExchange):
     """Clients keep their own models and exchange soft decisions on the public set."""
 
     Settings = CometSettings
-    heterogeneous = True
-    public_data = "unlabeled"
-    protocols = frozenset({"compute_and_wait", "deadline", "wait_free"})
+    probe = Task("probe", model="local", mode="infer", split="public")
 
     def __init__(self, settings, models, label_counts=None, seed=0) -> None:
-        s = settings
-        self.local = Task("local", model="local")
-        self.probe = Task("probe", model="local", mode="infer", split="public")
-        self.codistill = Task("codistill", model="local", also=(("public", s.public_batch_size),))
-        self.logits = Task("logits", model="local", mode="infer", split="public", uploads=True)
+        # eq. (2) trains on private and public batches at once: the private schedule (tau, b)
+        public = (("public", settings.public_batch_size),)
+        self.distill_task = Task("codistill", model="local", also=public)
         super().__init__(settings, models, label_counts, seed)
 
-    # --- state -----------------------------------------------------------------------
     def init_server_state(self) -> ServerState:
         return {"centroids": None}
 
-    def init_client_state(self, client: int) -> ClientState:
-        return {"local": self.arch(client).initial.clone()}
-
     def round_tasks(self, round_: int) -> tuple[Task, ...]:
         if round_ == 0:
-            return (self.local, self.logits)
+            return (self.local_task, self.predict_task)
         probe = (self.probe,) if self.settings.clusters > 1 else ()
-        return (*probe, self.codistill, self.logits)
+        return (*probe, self.distill_task, self.predict_task)
 
     # --- communication ---------------------------------------------------------------
     def downlink(self, server_state: ServerState, ctx: RoundContext) -> Payload | None:
         centroids = server_state["centroids"]
         return None if centroids is None else {"centroids": centroids}
 
-    def upload(self, state: ClientState, ctx: RoundContext) -> Payload:
-        return {"logits": state.pop("logits")}
-
     def aggregate(
         self, server_state: ServerState, uploads: list[Upload], ctx: RoundContext
     ) -> ServerState:
-        logits = torch.stack([u.payload["logits"] for u in uploads])  # [m, |P|, N]
+        logits = self.stacked(uploads)  # [m, |P|, N]
         m, shape = len(uploads), logits.shape[1:]
         c = min(self.settings.clusters, m)
         if logits.is_meta:  # cost-only: shapes only
@@ -144,46 +120,27 @@ class Comet(Algorithm):
     def aggregation_flops(self, server_state: ServerState, uploads: list[Upload]) -> int:
         if not uploads:
             return 0
-        d = uploads[0].payload["logits"].numel()
+        d = uploads[0].payload["predictions"].numel()
         s = self.settings
         return kmeans_flops(len(uploads), d, s.clusters, s.kmeans_iterations)
 
     # --- client tasks ----------------------------------------------------------------
-    def end_task(
-        self, task: Task, state: ClientState, result: TrainResult, ctx: RoundContext
-    ) -> None:
-        super().end_task(task, state, result, ctx)
-        if task is self.probe:
+    def end_task(self, task, state, result: TrainResult, ctx: RoundContext) -> None:
+        if task == self.probe:
             state["probe"] = soft_decisions(result.outputs["logits"])
-        elif task is self.logits:
-            state["logits"] = soft_decisions(result.outputs["logits"])
-        elif task is self.codistill:
+            return
+        super().end_task(task, state, result, ctx)
+        if task == self.distill_task:
             state.pop("probe", None)
 
-    def task_constants(
-        self, task: Task, state: ClientState, payload: Payload | None, ctx: RoundContext
-    ) -> TensorDict:
-        if task is not self.codistill:
-            return {}
+    def received_target(self, payload: Payload | None, state) -> torch.Tensor | None:
         centroids = None if payload is None else payload.get("centroids")
-        if centroids is None:  # no logits reached the server last round
-            model = state["local"]
-            classes = model.params[self.arch(ctx.client).head.param_names[0]].shape[0]
-            target = torch.zeros(ctx.num_samples["public"], classes, device=model.device)
-            return {"target": target, "weight": torch.tensor(0.0, device=target.device)}
-        return {
-            "target": nearest_centroid(centroids, state.get("probe")),
-            "weight": torch.tensor(1.0, device=centroids.device),
-        }
+        return None if centroids is None else nearest_centroid(centroids, state.get("probe"))
 
     def loss(self, task: Task) -> Loss:
-        if task is self.codistill:
+        if task == self.distill_task:
             return codistillation_loss(self.settings.lam)
         return super().loss(task)
-
-    # --- evaluation ------------------------------------------------------------------
-    def personal_model(self, client_state: ClientState, server_state: ServerState) -> ModelState:
-        return client_state["local"]
 
 
 def nearest_centroid(centroids: torch.Tensor, probe: torch.Tensor | None) -> torch.Tensor:

@@ -75,3 +75,20 @@ def prefixed(prefix: str, state: ModelState) -> TensorDict:
 def unprefixed(prefix: str, consts: TensorDict) -> TensorDict:
     """The tensors :func:`prefixed` stored under ``prefix``, by their own names."""
     return {k[len(prefix) :]: v for k, v in consts.items() if k.startswith(prefix)}
+
+
+def soft_cross_entropy(logits: Tensor, target: Tensor) -> Tensor:
+    """Cross-entropy of ``logits`` against target class probabilities, averaged over the batch."""
+    return -(target * F.log_softmax(logits, dim=-1)).sum(dim=-1).mean()
+
+
+def kl_to_target(logits: Tensor, target: Tensor, temperature: float = 1.0) -> Tensor:
+    """T^2 KL(target || softmax(logits / T)) for target probabilities, averaged over the batch."""
+    log_student = F.log_softmax(logits / temperature, dim=-1)
+    kl = (torch.xlogy(target, target) - target * log_student).sum(dim=-1).mean()
+    return temperature**2 * kl
+
+
+def mean_absolute_error(logits: Tensor, target: Tensor) -> Tensor:
+    """Mean |logits - target| over classes and batch (FedMD's digest loss on class scores)."""
+    return (logits - target).abs().mean()

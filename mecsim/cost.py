@@ -45,9 +45,12 @@ class StepMeter:
         """FLOPs of one step of ``loss`` on zero batches of ``shapes`` (split -> [b, ...]).
 
         ``key`` identifies everything the count depends on besides the shapes
-        (architecture, task, trainable set).
+        (architecture, task, trainable set). The names and shapes of ``consts``
+        are part of the cache key too: a loss that runs one forward per
+        constant model (FedDF's teachers) costs more when there are more.
         """
-        full = (key, tuple(sorted(shapes.items())), trainable)
+        signature = tuple(sorted((k, tuple(v.shape)) for k, v in consts.items()))
+        full = (key, tuple(sorted(shapes.items())), trainable, signature)
         if full not in self._cache:
             self._cache[full] = _count_step(function, loss, start, consts, shapes, trainable)
         return self._cache[full]
