@@ -112,6 +112,12 @@ def summarize(
         "server": float(server_rows["energy_j"].sum()),
     }
     energy["total"] = float(events["energy_j"].sum()) + idle_j
+    public = events[events["phase"] == "download:public"]
+    peaks = (
+        clients["state_peak_bytes"]
+        if clients is not None and "state_peak_bytes" in clients
+        else None
+    )
     return {
         "rounds": num_rounds,
         "rounds_without_updates": int((rounds["updates"] == 0).sum()) if "updates" in rounds else 0,
@@ -137,6 +143,11 @@ def summarize(
                 (events["direction"] == "down") & (events["role"] == "receiver"), "bytes"
             ].sum()
         ),
+        "public_bytes_down_total": int(public["bytes"].sum()),
+        "public_download_s": float(public["t_end"].max() - public["t_start"].min())
+        if len(public)
+        else 0.0,
+        "client_state_peak_bytes": int(peaks.max()) if peaks is not None and len(peaks) else 0,
         "client_flops_per_round": float(client_rows["flops"].sum() / max(num_rounds, 1)),
         "server_flops_per_round": float(server_rows["flops"].sum() / max(num_rounds, 1)),
         "energy_j": energy,

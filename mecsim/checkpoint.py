@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-FORMAT = 1
+FORMAT = 2
 
 
 class Ledger:
@@ -223,6 +223,7 @@ class Checkpointer:
             "client_states": sim.client_states,
             "last_evaluation": sim.last_evaluation,
             "rounds": sim.recorder._rounds,
+            "state_peak_bytes": (sim.server_state_peak_bytes, sim.client_state_peak_bytes),
         }
         tmp = self.path.with_name(f"{self.path.name}.tmp-{os.getpid()}")
         try:
@@ -254,6 +255,8 @@ class Checkpointer:
             swap_in(fake, real)
         sim.server_state = saved["server_state"]
         sim.client_states = list(saved["client_states"])
+        server_peak, client_peaks = saved["state_peak_bytes"]
+        sim.server_state_peak_bytes, sim.client_state_peak_bytes = server_peak, list(client_peaks)
         sim.last_evaluation = saved["last_evaluation"]
         sim.recorder._rounds = list(saved["rounds"])
         sim.evaluator = sim.evaluator.real

@@ -551,6 +551,7 @@ def _run(
             "num_test": [len(t) for t in data.test],
             "model": list(models.client_arch),
             "num_params": [models.of(c.id).num_params() for c in clients],
+            "state_peak_bytes": sim.client_state_peak_bytes,
             "final_personal_acc": list(final.client_acc)
             if final and final.client_acc
             else float("nan"),
@@ -563,6 +564,7 @@ def _run(
         "partition_redraws": data.partition_redraws,
         "clients_without_local_test": 0 if cost_only else sum(len(t) == 0 for t in data.test),
         **summarize(events, rounds, clients_table),
+        "server_state_peak_bytes": sim.server_state_peak_bytes,
     }
     result = RunResult(
         sc, events, rounds, clients_table, summary, run_dir, sim.server_state, sim.client_states

@@ -20,7 +20,15 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import simpy
 
-from mecsim.algorithms.base import SERVER, Algorithm, ClientState, RoundContext, Task, Upload
+from mecsim.algorithms.base import (
+    SERVER,
+    Algorithm,
+    ClientState,
+    RoundContext,
+    ServerState,
+    Task,
+    Upload,
+)
 from mecsim.channels.sharing import Reception, Transmission
 from mecsim.checkpoint import Ledger
 from mecsim.cost import compute_cost
@@ -33,7 +41,7 @@ from mecsim.faults import Drop, Faults
 from mecsim.network import ClientProfile, Delivery, Network
 from mecsim.recorder import Recorder
 from mecsim.rng import numpy_rng
-from mecsim.state import Payload, payload_nbytes
+from mecsim.state import Payload, payload_nbytes, state_nbytes
 
 if TYPE_CHECKING:
     from mecsim.checkpoint import Checkpointer
@@ -88,8 +96,12 @@ class Simulation:
         self.ledger = Ledger()
         """Payloads and job results processes hold across events (what a checkpoint saves)."""
         self.recorder = Recorder()
+        self.server_state_peak_bytes = 0
+        """Largest server state (tensor bytes) held so far; see :func:`state_nbytes`."""
         self.server_state = algorithm.init_server_state()
         self.client_states = [algorithm.init_client_state(c.id) for c in self.clients]
+        self.client_state_peak_bytes = [state_nbytes(s) for s in self.client_states]
+        """Per client: largest state it kept between jobs (models, teachers, variates)."""
         self.last_evaluation: Evaluation | None = None
         self.busy_until = [0.0] * len(self.clients)
         """Per client: simulated time its current computation ends."""
@@ -102,6 +114,16 @@ class Simulation:
         self._updates = 0
         self.total_updates = 0
         """Client updates the server has applied (this round / in all)."""
+
+    @property
+    def server_state(self) -> ServerState:
+        """The algorithm's server state; every assignment updates its peak size."""
+        return self._server_state
+
+    @server_state.setter
+    def server_state(self, state: ServerState) -> None:
+        self._server_state = state
+        self.server_state_peak_bytes = max(self.server_state_peak_bytes, state_nbytes(state))
 
     # --- decisions -------------------------------------------------------------------
     @property
@@ -586,6 +608,8 @@ class Simulation:
         """
         self.client_states[client] = state
         self.state_ready[client] = ready
+        peak = self.client_state_peak_bytes
+        peak[client] = max(peak[client], state_nbytes(state))
 
     def compute_seconds(self, client: int, flops: int) -> float:
         """Simulated seconds ``client``'s device takes for ``flops``."""

@@ -103,3 +103,29 @@ def payload_nbytes(payload: Payload | None) -> int:
     if not payload:
         return 0
     return sum(t.nbytes for t in payload.values())
+
+
+def state_nbytes(state: object) -> int:
+    """Bytes of the tensors ``state`` holds (nested dicts, lists, tuples, ModelStates).
+
+    A tensor referenced twice (a payload viewed as a state) is counted once.
+    Meta tensors (cost-only runs) count the bytes they stand for, every time:
+    cost-only executors may let one meta tensor stand for many clients' values.
+    """
+    seen: set[int] = set()
+    total = 0
+    stack = [state]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, Tensor):
+            if item.is_meta or id(item) not in seen:
+                seen.add(id(item))
+                total += item.nbytes
+        elif isinstance(item, ModelState):
+            stack.extend(item.params.values())
+            stack.extend(item.buffers.values())
+        elif isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+    return total
