@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -33,6 +33,42 @@ class RunRecord:
     rounds: pd.DataFrame
     events: pd.DataFrame
     summary: dict
+    settings: dict = field(default_factory=dict)
+    """The resolved scenario, flattened to dotted keys (what :func:`distinguish` compares)."""
+
+
+def flatten(mapping: dict, prefix: str = "") -> dict[str, object]:
+    """Nested tables as one level of dotted keys (``{"a": {"b": 1}}`` -> ``{"a.b": 1}``)."""
+    out: dict[str, object] = {}
+    for key, value in mapping.items():
+        if isinstance(value, dict):
+            out.update(flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+IGNORED = ("versions.", "output.", "compare.")
+"""Resolved-scenario keys that never tell runs apart (provenance, output options)."""
+
+
+def distinguish(runs: list[RunRecord]) -> None:
+    """Make labels unique: runs sharing a label get ``key=value`` for each setting
+    that differs among them appended."""
+    groups: dict[str, list[RunRecord]] = {}
+    for run in runs:
+        groups.setdefault(run.label, []).append(run)
+    for group in groups.values():
+        if len(group) < 2:
+            continue
+        keys = sorted(
+            {k for r in group for k in r.settings if k != "name" and not k.startswith(IGNORED)}
+        )
+        differing = [k for k in keys if len({repr(r.settings.get(k)) for r in group}) > 1]
+        for run in group:
+            extra = ", ".join(f"{k}={run.settings.get(k)}" for k in differing)
+            if extra:
+                run.label = f"{run.label} ({extra})"
 
 
 def load_run(run_dir: str | Path) -> RunRecord:
@@ -54,6 +90,7 @@ def load_run(run_dir: str | Path) -> RunRecord:
         pd.read_parquet(run_dir / "rounds.parquet"),
         pd.read_parquet(run_dir / "events.parquet"),
         json.loads((run_dir / "summary.json").read_text()),
+        flatten(scenario),
     )
 
 
@@ -99,6 +136,7 @@ def compare_runs(runs: list[RunRecord], targets: list[float]) -> pd.DataFrame:
         row["energy_j"] = float(run.events["energy_j"].sum())
         row["bytes_up"] = int(run.rounds["bytes_up"].sum())
         row["bytes_down"] = int(run.rounds["bytes_down"].sum())
+        row.update(communication(run))
         rows.append(row)
     table = pd.DataFrame(rows)
     for target in targets:
@@ -106,6 +144,27 @@ def compare_runs(runs: list[RunRecord], targets: list[float]) -> pd.DataFrame:
         baseline = table[table["protocol"] == BASELINE].groupby("algorithm")[column].first()
         table[f"pm_speedup_{target:g}"] = table["algorithm"].map(baseline) / table[column]
     return table
+
+
+def communication(run: RunRecord) -> dict[str, float]:
+    """Accuracy against what was communicated (COMET Tables III/IV, in bytes and seconds)."""
+    s = run.summary
+    split = s.get("time_split_s", {})
+    return {
+        "best_pm_acc": s.get("best_personal_acc", math.nan),
+        "pm_acc_std": s.get("final_personal_acc_std", math.nan),
+        "best_gm_acc": s.get("best_generic_acc", math.nan),
+        "bytes_up_per_round": s.get("bytes_up_per_round", math.nan),
+        "bytes_down_per_round": s.get("bytes_down_per_round", math.nan),
+        "bytes_up_total": s.get("bytes_up_total", math.nan),
+        "bytes_down_total": s.get("bytes_down_total", math.nan),
+        "public_bytes_down": s.get("public_bytes_down_total", 0),
+        "public_download_s": s.get("public_download_s", 0.0),
+        "upload_s_per_round": split.get("upload", math.nan),
+        "download_s_per_round": split.get("download", math.nan),
+        "client_state_peak_bytes": s.get("client_state_peak_bytes", math.nan),
+        "server_state_peak_bytes": s.get("server_state_peak_bytes", math.nan),
+    }
 
 
 def _fmt(value: object, digits: int = 2) -> str:
@@ -145,4 +204,41 @@ def render_markdown(table: pd.DataFrame, targets: list[float]) -> str:
             f"| {r['run']} | {r['sim_time_s']:.2f} | {r['idle_s_per_client']:.2f} | {r['energy_j']:.2f}"
             f" | {r['bytes_up'] / 2**20:.2f} | {r['bytes_down'] / 2**20:.2f} |"
         )
+    lines += [
+        "",
+        "## Accuracy and communication",
+        "",
+        "Bytes per direction (per round: the mean over rounds; total: every transfer, the",
+        "public split's one-time download included), seconds per round a client spends",
+        "uploading and downloading, and the largest state a client and the server kept.",
+        "",
+        "| run | best PM acc | PM std | best GM acc | MB up/round | MB down/round"
+        " | MB up total | MB down total | public MB | public s | up s/round | down s/round"
+        " | client state MB | server state MB |",
+        "|" + " --- |" + " ---: |" * 13,
+    ]
+    mb = 1e6
+    for _, r in table.iterrows():
+        cells = [
+            r["run"],
+            _fmt(r["best_pm_acc"], 4),
+            _fmt(r["pm_acc_std"], 4),
+            _fmt(r["best_gm_acc"], 4),
+            *(
+                _fmt(r[k] / mb, 3)
+                for k in (
+                    "bytes_up_per_round",
+                    "bytes_down_per_round",
+                    "bytes_up_total",
+                    "bytes_down_total",
+                    "public_bytes_down",
+                )
+            ),
+            _fmt(float(r["public_download_s"]), 3),
+            _fmt(r["upload_s_per_round"], 3),
+            _fmt(r["download_s_per_round"], 3),
+            _fmt(r["client_state_peak_bytes"] / mb, 3),
+            _fmt(r["server_state_peak_bytes"] / mb, 3),
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"

@@ -2,7 +2,7 @@
 
 The time split averages, per round, each phase's duration over the clients
 that ran it (upload, download, client compute), plus the server's aggregation
-time; percentages are of the sum of the four, as in KAPC Table 5.
+and server-task time (FedDF's distillation); percentages are of the sum of the four, as in KAPC Table 5.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ PHASES = ("upload", "download", "compute", "server")
 
 
 def _phase_kind(phase: str) -> str | None:
-    if phase == "aggregate":
+    if phase == "aggregate" or phase.startswith("server:"):  # aggregation, server tasks
         return "server"
     if phase.startswith("compute"):
         return "compute"
@@ -33,12 +33,12 @@ def time_split(events: pd.DataFrame) -> dict[str, float]:
         kind=events["phase"].map(_phase_kind), seconds=events["t_end"] - events["t_start"]
     )
     frame = frame[frame["kind"].notna()]
-    rounds = events["round"].nunique()
+    rounds = events.loc[events["round"] >= 0, "round"].nunique()  # not the public download
     # total per (round, client, kind), then mean over the clients of a round, then over rounds
     per_client = frame.groupby(["round", "client", "kind"])["seconds"].sum()
     per_round = per_client.groupby(["round", "kind"]).mean().unstack("kind")
     per_round = per_round.reindex(columns=list(PHASES)).fillna(0.0)
-    return {kind: float(per_round[kind].sum() / rounds) for kind in PHASES}
+    return {kind: float(per_round[kind].sum() / max(rounds, 1)) for kind in PHASES}
 
 
 BUSY = ("download", "compute", "upload")

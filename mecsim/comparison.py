@@ -16,7 +16,7 @@ from typing import Any
 
 import pandas as pd
 
-from mecsim.analysis.compare import compare_runs, load_run, render_markdown
+from mecsim.analysis.compare import compare_runs, distinguish, load_run, render_markdown
 from mecsim.analysis.timeline import plot_curves, plot_gantt
 from mecsim.output import atomic_directory, write_file
 from mecsim.scenario import Scenario, apply_overrides, load_scenario, read_scenario_file
@@ -75,6 +75,7 @@ def compare(
 ) -> pd.DataFrame:
     """Compare finished runs and write the comparison files into ``out``."""
     records = [load_run(d) for d in run_dirs]
+    distinguish(records)
     table = compare_runs(records, list(targets))
     with atomic_directory(Path(out), overwrite=overwrite) as tmp:
         write_file(tmp / "compare.csv", lambda p: table.to_csv(p, index=False))

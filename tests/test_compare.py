@@ -1,0 +1,61 @@
+"""Comparison tables: distinct labels, accuracy against bytes communicated."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+from mecsim.analysis.compare import compare_runs, load_run, render_markdown
+
+import mecsim
+from mecsim.comparison import compare
+
+
+@pytest.fixture(scope="module")
+def two_bandwidths(tiny_module, tmp_path_factory):
+    """Two COMET runs that differ only in the downlink's bandwidth (1 bit/s/Hz)."""
+    root = tmp_path_factory.mktemp("runs")
+    dirs = []
+    for mhz in (1, 5):
+        out = root / f"bw{mhz}"
+        overrides = [
+            "algorithm.name=comet",
+            "data.public_size=40",
+            "network.preset=table5",
+            f"network.downlink.bandwidth_mhz={mhz}",
+            "execution.cost_only=true",
+        ]
+        mecsim.run(copy.deepcopy(tiny_module), overrides, out=out)
+        dirs.append(out)
+    return dirs
+
+
+def test_runs_that_share_algorithm_and_protocol_get_distinct_labels(two_bandwidths, tmp_path):
+    table = compare(two_bandwidths, [0.5], tmp_path / "cmp")
+    assert table["run"].tolist() == [
+        "comet / compute_and_wait (network.downlink.bandwidth_mhz=1.0)",
+        "comet / compute_and_wait (network.downlink.bandwidth_mhz=5.0)",
+    ]
+
+
+def test_comparison_reports_bytes_per_direction_and_the_public_download(two_bandwidths):
+    records = [load_run(d) for d in two_bandwidths]
+    table = compare_runs(records, [0.5])
+    summary = records[0].summary
+    row = table.iloc[0]
+    assert row["bytes_up_total"] == summary["bytes_up_total"] == 4 * 2 * 40 * 10 * 4
+    assert row["public_bytes_down"] == 4 * 40 * 64 * 4
+    assert row["bytes_down_total"] == row["public_bytes_down"] + table["bytes_down"].iloc[0]
+    # five times the bandwidth: the public download takes a fifth of the time
+    slow, fast = table["public_download_s"]
+    assert slow / fast == pytest.approx(5)
+    assert slow == pytest.approx(8 * row["public_bytes_down"] / 4 / 1e6)  # 1 Mbit/s, per client
+    markdown = render_markdown(table, [0.5])
+    assert "## Accuracy and communication" in markdown
+    assert f"{row['public_bytes_down'] / 1e6:.3f}" in markdown
+
+
+def test_labels_stay_short_when_they_already_differ(two_bandwidths):
+    records = [load_run(two_bandwidths[0])]
+    table = compare_runs(records, [0.5])
+    assert table["run"].tolist() == ["comet / compute_and_wait"]

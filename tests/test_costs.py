@@ -1,0 +1,78 @@
+"""The per-round cost breakdown, on hand-built events tables."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+from mecsim.analysis.costs import summarize, time_split
+
+
+def _event(round_, client, phase, start, end, direction="none", role="none", nbytes=0):
+    return {
+        "round": round_,
+        "job": round_,
+        "client": client,
+        "phase": phase,
+        "direction": direction,
+        "role": role,
+        "t_start": start,
+        "t_end": end,
+        "bytes": nbytes,
+        "flops": 0,
+        "energy_j": 0.0,
+        "rate_bps": float("nan"),
+        "snr_db": float("nan"),
+    }
+
+
+EVENTS = pd.DataFrame(
+    [
+        _event(-1, -1, "downlink-send:public", 0.0, 4.0, "down", "sender", 100),
+        _event(-1, 0, "download:public", 0.0, 4.0, "down", "receiver", 100),
+        _event(-1, 1, "download:public", 0.0, 3.0, "down", "receiver", 100),
+        *[
+            row
+            for r, t in ((0, 4.0), (1, 20.0))
+            for row in (
+                _event(r, 0, "download", t, t + 1, "down", "receiver", 10),
+                _event(r, 1, "download", t, t + 3, "down", "receiver", 10),
+                _event(r, 0, "compute:local", t + 1, t + 6),
+                _event(r, 1, "compute:local", t + 3, t + 6),
+                _event(r, 0, "upload", t + 6, t + 8, "up", "sender", 7),
+                _event(r, 1, "upload", t + 6, t + 10, "up", "sender", 7),
+                _event(r, -1, "aggregate", t + 10, t + 11),
+                _event(r, -1, "server:ensemble-distill", t + 11, t + 14),
+            )
+        ],
+    ]
+)
+ROUNDS = pd.DataFrame(
+    {
+        "round": [0, 1],
+        "t_start": [4.0, 20.0],
+        "t_end": [18.0, 34.0],
+        "wall_s": [0.1, 0.1],
+        "bytes_up": [14, 14],
+        "bytes_down": [20, 20],
+        "generic_acc": [0.5, 0.6],
+        "personal_acc": [0.5, 0.7],
+        "personal_acc_std": [0.1, 0.1],
+    }
+)
+
+
+def test_time_split_is_per_round_and_counts_server_tasks():
+    split = time_split(EVENTS)
+    # the public download (round -1) is not a round: means are over rounds 0 and 1
+    assert split["download"] == pytest.approx((1 + 3) / 2)
+    assert split["compute"] == pytest.approx((5 + 3) / 2)
+    assert split["upload"] == pytest.approx((2 + 4) / 2)
+    assert split["server"] == pytest.approx(1 + 3)  # aggregation and the server task
+
+
+def test_summary_separates_the_public_download():
+    summary = summarize(EVENTS, ROUNDS)
+    assert summary["public_bytes_down_total"] == 200
+    assert summary["public_download_s"] == pytest.approx(4.0)
+    assert summary["bytes_down_total"] == 200 + 4 * 10  # receivers' bytes, rounds included
+    assert summary["bytes_up_total"] == 4 * 7
