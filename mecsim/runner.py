@@ -29,6 +29,7 @@ from mecsim.checkpoint import (
     scenario_digest,
 )
 from mecsim.data import build_client_data, dataset_shape, load_dataset
+from mecsim.data.datasets import Dataset
 from mecsim.data.federated import hold_out_public
 from mecsim.data.partition import proportional_counts
 from mecsim.devices import DEVICES
@@ -170,16 +171,23 @@ def build_data(sc: Scenario, device: torch.device) -> FederatedData:
     """Load the dataset, partition it across clients, and move it to ``device``."""
     if sc.execution.cost_only and sc.clients.num_samples is not None:
         return _sample_counts_only(sc)
-    dataset = load_dataset(
-        sc.data.dataset,
-        root=sc.data.root,
-        download=sc.data.download,
-        num_clients=sc.clients.count,
-        seed=sc.seed,
-        test_fraction=sc.data.test_fraction,
-        options={"alpha": sc.data.synthetic_alpha, "beta": sc.data.synthetic_beta},
-    )
-    dataset, x_public, y_public = hold_out_public(dataset, sc.data.public_size, sc.seed)
+
+    def load(name: str) -> Dataset:
+        return load_dataset(
+            name,
+            root=sc.data.root,
+            download=sc.data.download,
+            num_clients=sc.clients.count,
+            seed=sc.seed,
+            test_fraction=sc.data.test_fraction,
+            options={"alpha": sc.data.synthetic_alpha, "beta": sc.data.synthetic_beta},
+        )
+
+    dataset = load(sc.data.dataset)
+    source = None
+    if sc.data.public_dataset is not None and sc.data.public_size > 0:
+        source = load(sc.data.public_dataset)  # same shape: checked with the scenario
+    dataset, x_public, y_public = hold_out_public(dataset, sc.data.public_size, sc.seed, source)
     clients = build_client_data(
         dataset,
         partition=sc.data.partition,

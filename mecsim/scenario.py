@@ -25,7 +25,7 @@ from mecsim.algorithms import ALGORITHMS
 from mecsim.algorithms.base import AlgorithmSettings
 from mecsim.channels import FADING
 from mecsim.config import Section
-from mecsim.data import DATASETS, PARTITIONS
+from mecsim.data import DATASETS, PARTITIONS, dataset_shape
 from mecsim.devices import DEVICES
 from mecsim.distributions import Choice, NameAttr, NumberAttr, Uniform, attribute_values
 from mecsim.errors import ConfigError, MecsimError
@@ -57,6 +57,11 @@ class DataConfig(Section):
         ge=0,
         description="samples held out of the training pool as the public split (algorithms "
         "that use public data; every client downloads it once)",
+    )
+    public_dataset: str | None = Field(
+        default=None,
+        description="draw the public split from this dataset instead (e.g. cifar100 for "
+        "cifar10, as COMET); same input shape; the private data keeps every sample",
     )
     synthetic_alpha: float = Field(default=1.0, ge=0)
     synthetic_beta: float = Field(default=1.0, ge=0)
@@ -350,6 +355,8 @@ def _check_names(scenario: Scenario) -> list[Problem]:
         ("network.fading", scenario.network.fading, FADING),
         ("server.device", scenario.server.device, DEVICES),
     ]
+    if scenario.data.public_dataset is not None:
+        checks.append(("data.public_dataset", scenario.data.public_dataset, DATASETS))
     if scenario.execution.executor != "auto":
         checks.append(("execution.executor", scenario.execution.executor, EXECUTORS))
     problems = []
@@ -452,7 +459,35 @@ def _check_algorithm(scenario: Scenario) -> list[Problem]:
         problems.append(
             Problem("data.public_size", f"algorithm {name!r} needs public data; set a size > 0")
         )
+    problems += _check_public_dataset(scenario, algorithm.public_data == "labeled")
     return problems
+
+
+def _check_public_dataset(scenario: Scenario, labeled: bool) -> list[Problem]:
+    """A separate public dataset has the private data's input shape (and, when its labels
+    are used, no more classes)."""
+    private, public = scenario.data.dataset, scenario.data.public_dataset
+    if public is None or public not in DATASETS or private not in DATASETS:
+        return []
+    (shape, classes), (public_shape, public_classes) = dataset_shape(private), dataset_shape(public)
+    if public_shape != shape:
+        return [
+            Problem(
+                "data.public_dataset",
+                f"{public} has inputs of shape {public_shape} but {private} {shape}; "
+                "pick a dataset of the same shape",
+            )
+        ]
+    if labeled and public_classes > classes:
+        return [
+            Problem(
+                "data.public_dataset",
+                f"algorithm {scenario.algorithm.name!r} trains on the public labels, and {public} "
+                f"has {public_classes} classes to {private}'s {classes}; pick one with at most "
+                f"{classes}",
+            )
+        ]
+    return []
 
 
 def _check_positive(scenario: Scenario) -> list[Problem]:

@@ -226,3 +226,35 @@ def test_feddf_distills_the_average_and_drops_the_teachers(tiny):
     distilled, averaged = feddf.server_state["global"], fedavg.server_state["global"]
     assert any(not torch.equal(distilled.params[k], averaged.params[k]) for k in averaged.params)
     assert feddf.rounds["generic_acc"].notna().all()
+
+
+# --- a public split from another dataset (COMET: CIFAR-100 for CIFAR-10) -----------------
+
+
+def test_a_public_dataset_leaves_the_private_data_whole(tiny):
+    base = ["algorithm.name=dsfl", *SHARED, "protocol.rounds=1"]
+    held_out = mecsim.run(copy.deepcopy(tiny), base, write=False)
+    separate = mecsim.run(tiny, [*base, "data.public_dataset=digits"], write=False)
+
+    assert separate.clients["num_train"].sum() > held_out.clients["num_train"].sum()
+    public = separate.events.query("phase == 'download:public'")
+    assert (public["bytes"] == PUBLIC * PIXELS * 4).all()
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["algorithm.name=dsfl", "data.public_dataset=mnist-5k"], "same shape"),
+        (["algorithm.name=dsfl", "data.public_dataset=imagenet"], "unknown dataset"),
+        (
+            ["algorithm.name=fedmd", "data.dataset=cifar10", "data.public_dataset=cifar100"],
+            "100 classes",
+        ),
+    ],
+)
+def test_a_public_dataset_is_checked_before_anything_loads(tiny, overrides, message):
+    from mecsim.scenario import ScenarioError, load_scenario
+
+    with pytest.raises(ScenarioError, match="data.public_dataset") as error:
+        load_scenario(tiny, [*overrides, f"data.public_size={PUBLIC}"])
+    assert message in str(error.value)

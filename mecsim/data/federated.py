@@ -174,29 +174,36 @@ def draw_local_tests(
 
 
 def hold_out_public(
-    dataset: Dataset, size: int, seed: int
+    dataset: Dataset, size: int, seed: int, source: Dataset | None = None
 ) -> tuple[Dataset, torch.Tensor, torch.Tensor]:
-    """Move ``size`` training samples (stream ``("public",)``) out of ``dataset`` as the public split.
+    """The public split: ``size`` training samples (stream ``("public",)``) of ``source``.
 
-    Returns the dataset without them, and the public inputs and labels. With
-    ``size = 0`` the dataset is returned unchanged (and the public split is empty).
+    Without ``source`` they are moved out of ``dataset`` (returned without
+    them); with one (``data.public_dataset``), ``dataset`` is returned whole.
+    Returns the private dataset, and the public inputs and labels. With
+    ``size = 0`` the public split is empty.
     """
-    empty_x = dataset.x_train[:0]
+    origin = dataset if source is None else source
     if size == 0:
-        return dataset, empty_x, dataset.y_train[:0]
-    n = len(dataset.y_train)
-    if size >= n:
+        return dataset, origin.x_train[:0], origin.y_train[:0]
+    n = len(origin.y_train)
+    if source is not None and size > n:
+        raise ConfigError(
+            "data.public_size", f"{size} exceeds {source.name}'s {n} training samples; use fewer"
+        )
+    if source is None and size >= n:
         raise ConfigError(
             "data.public_size", f"{size} leaves no training data ({n} samples); use fewer"
         )
-    if dataset.natural_partition is not None:
+    if source is None and dataset.natural_partition is not None:
         raise ConfigError(
             "data.public_size", f"{dataset.name} is naturally partitioned; use public_size = 0"
         )
     chosen = np.sort(numpy_rng(seed, "public").choice(n, size, replace=False))
-    keep = np.setdiff1d(np.arange(n), chosen)
     public = torch.as_tensor(chosen)
-    rest = torch.as_tensor(keep)
+    if source is not None:
+        return dataset, source.x_train[public], source.y_train[public]
+    rest = torch.as_tensor(np.setdiff1d(np.arange(n), chosen))
     trimmed = dataclasses.replace(
         dataset, x_train=dataset.x_train[rest], y_train=dataset.y_train[rest]
     )
