@@ -15,6 +15,7 @@ from mecsim.algorithms import (  # noqa: F401  (importing a module registers its
     fedprox,
     fedrep,
     fedrod,
+    kapc,
     ktpfl,
     local,
     moon,

@@ -1,0 +1,262 @@
+"""KAPC (paper 004, Sec. 4, Algorithms 1, 2 and 5): knowledge-aware parameter coaching.
+
+The server keeps every client's latest model W = {w_1 .. w_N} and a
+relationship cube R (N x L x N): r^l_ij says how much client i's layer l
+draws on client j's. Each client i gets its own server model, layer by layer
+
+    s^l_i = sum_j r^l_ij w^l_j                                    (eq. 15)
+
+and trains its own model w_i on
+
+    f_i(w_i) + lambda ||w_i - s_i||^2                             (eqs. 16-17)
+
+for E local epochs, then uploads w_i. The server then updates R by E_r
+gradient steps on the rows of the clients that uploaded, with W fixed:
+
+    f(r_i) = lambda sum_l ||r^l_i W^l - w^l_i||^2 + beta/2 ||r_i - 1/m||^2   (eq. 11)
+    r_i <- r_i - eta_r (lambda grad f_s + beta (r_i - 1/m))                    (eqs. 12-13)
+
+and normalizes every row r^l_i to sum 1 (clipped at 0 first), then builds
+every client's s_i for the next round.
+
+Partial participation (Algorithm 5): the step runs on the slice R[S, :, S]
+of the m clients S that uploaded, normalized by row; the updated slice is
+written back with the mass the rows had on S, so every row of R stays
+normalized and entries outside S keep their values. With full participation
+this is Algorithm 1. A client's stale model stands in for it until it
+uploads again (eq. 33), and s_i mixes all N columns of its row.
+
+Choices the paper leaves open, and the values taken:
+
+* R starts uniform at random in [0, 1) (the algorithm's seeded stream),
+  normalized by row ("initializes ... the relationship cube randomly").
+* The uniform target of the beta term is 1/m on a slice of m clients (1/N
+  with full participation).
+* s_i holds parameters only: the regularizer never reads buffers, so the
+  download carries parameters (BatchNorm statistics stay on the client;
+  this is Table 6's 0.37 MB smaller KAPC download).
+* The R step runs on each layer's Gram matrix G^l = W^l W^l^T (exact:
+  grad_{r^l_i} f_s = 2 (r^l_i G^l - G^l_i)); float64 on the server.
+* Defaults (Sec. 7.1 and 7.3): E = 5 epochs, E_r = 1, lr 0.01 for W and R,
+  lambda = 1, beta = 0.005 (the alpha = 0.1 values of Fig. 6).
+
+Server FLOPs of one aggregation (m uploads, N clients, P parameters in L
+layers), in closed form (:func:`relation_flops`): the Gram matrices
+2 m^2 P; per step and layer 2 m^3 + 7 m^2; normalizing and writing back
+4 m^2 L; the N server models 2 N^2 P.
+"""
+
+from __future__ import annotations
+
+import torch
+from mecsim.algorithms.base import (
+    Algorithm,
+    AlgorithmSettings,
+    ClientState,
+    RoundContext,
+    ServerState,
+    Task,
+    Upload,
+)
+from mecsim.algorithms.losses import cross_entropy_loss, proximal
+from mecsim.algorithms.registry import ALGORITHMS
+from pydantic import Field
+from torch import Tensor
+
+from mecsim.models.layers import Layer
+from mecsim.rng import numpy_rng
+from mecsim.state import ModelState, Payload, TensorDict
+from mecsim.training import Loss
+
+
+class KAPCSettings(AlgorithmSettings):
+    epochs: int = Field(default=5, ge=1, description="E: local epochs per round")
+    lr: float = Field(default=0.01, gt=0, description="eta_w: learning rate of W")
+    lam: float = Field(default=1.0, ge=0, description="lambda: weight of ||w_i - s_i||^2")
+    beta: float = Field(default=0.005, ge=0, description="beta: pull of R toward uniform")
+    relation_lr: float = Field(default=0.01, gt=0, description="eta_r: learning rate of R")
+    relation_steps: int = Field(
+        default=1, ge=0, le=10_000, description="E_r: gradient steps on R per round"
+    )
+
+
+# --- the relationship cube -------------------------------------------------------------
+
+
+def normalize_rows(cube: Tensor) -> Tensor:
+    """Each row r^l_i clipped at 0 and scaled to sum 1 (uniform where it sums to 0)."""
+    cube = cube.clamp_min(0.0)
+    total = cube.sum(dim=-1, keepdim=True)
+    uniform = torch.full_like(cube, 1.0 / cube.shape[-1])
+    return torch.where(total > 0, cube / total.where(total > 0, torch.ones_like(total)), uniform)
+
+
+def layer_grams(models: list[TensorDict], layers: tuple[Layer, ...]) -> Tensor:
+    """G[l] = W^l W^l^T over the m models' parameters of layer l: [L, m, m], float64."""
+    grams = []
+    for layer in layers:
+        flat = torch.stack(
+            [torch.cat([m[k].reshape(-1) for k in layer.param_names]) for m in models]
+        ).double()
+        grams.append(flat @ flat.T)
+    return torch.stack(grams)
+
+
+def relation_objective(block: Tensor, grams: Tensor, lam: float, beta: float) -> Tensor:
+    """Eq. (11) summed over the block's rows: block [m, L, m], grams [L, m, m].
+
+    ||sum_j r_j w_j - w_i||^2 = r G r^T - 2 (r G)_i + G_ii, per layer.
+    """
+    m = block.shape[0]
+    by_layer = block.transpose(0, 1)  # [L, m(i), m(j)]
+    mixed = by_layer @ grams  # (r G)_ij
+    quadratic = (mixed * by_layer).sum(-1)  # r G r^T, [L, m]
+    cross = torch.diagonal(mixed, dim1=1, dim2=2)  # (r_i G)_i
+    own = torch.diagonal(grams, dim1=1, dim2=2)  # G_ii
+    coaching = (quadratic - 2 * cross + own).sum()
+    return lam * coaching + beta / 2 * ((block - 1.0 / m) ** 2).sum()
+
+
+def relation_gradient(block: Tensor, grams: Tensor, lam: float, beta: float) -> Tensor:
+    """Gradient of :func:`relation_objective`: 2 lambda (r^l G^l - G^l) + beta (r - 1/m)."""
+    m = block.shape[0]
+    by_layer = block.transpose(0, 1)
+    coaching = 2 * (by_layer @ grams - grams)  # [L, m, m]; G symmetric
+    return lam * coaching.transpose(0, 1) + beta * (block - 1.0 / m)
+
+
+def update_relations(
+    cube: Tensor, sources: list[int], grams: Tensor, settings: KAPCSettings
+) -> Tensor:
+    """Algorithm 5, lines 6-12: E_r steps on the slice of ``sources``, written back."""
+    rows = torch.tensor(sources)
+    block = cube[rows][:, :, rows]
+    mass = block.sum(dim=-1, keepdim=True)
+    block = normalize_rows(block)
+    for _ in range(settings.relation_steps):
+        step = relation_gradient(block, grams, settings.lam, settings.beta)
+        block = block - settings.relation_lr * step
+    block = normalize_rows(block)
+    updated = cube.clone()
+    updated[
+        rows.view(-1, 1, 1), torch.arange(cube.shape[1]).view(1, -1, 1), rows.view(1, 1, -1)
+    ] = block * mass
+    return updated
+
+
+def relation_flops(m: int, n: int, params: int, layers: int, steps: int) -> int:
+    """Server FLOPs of one KAPC aggregation (see the module docstring)."""
+    grams = 2 * m * m * params
+    step = layers * (2 * m**3 + 7 * m * m)
+    write_back = 4 * m * m * layers
+    server_models = 2 * n * n * params
+    return grams + steps * step + write_back + server_models
+
+
+def server_models(cube: Tensor, models: TensorDict, layers: tuple[Layer, ...]) -> TensorDict:
+    """Eq. (15) for every client: s^l_i = sum_j r^l_ij w^l_j, stacked [N, ...] per parameter."""
+    out: TensorDict = {}
+    for index, layer in enumerate(layers):
+        weights = cube[:, index, :]
+        for k in layer.param_names:
+            stacked = models[k]
+            mix = weights.to(stacked.device, stacked.dtype)
+            out[k] = torch.tensordot(mix, stacked, dims=([1], [0]))
+    return out
+
+
+# --- the algorithm -------------------------------------------------------------------
+
+
+@ALGORITHMS.register("kapc", "KAPC: per-client server models from a layer-wise relationship cube")
+class KAPC(Algorithm):
+    """Each client is coached toward its own layer-wise mixture of all clients' models."""
+
+    Settings = KAPCSettings
+    broadcast = False
+    protocols = frozenset({"compute_and_wait", "deadline", "wait_free"})
+    tasks = (Task("local", model="local", uploads=True),)
+
+    @property
+    def num_clients(self) -> int:
+        return len(self.models.client_arch)
+
+    @property
+    def layers(self) -> tuple[Layer, ...]:
+        return self.arch(None).layers
+
+    def init_server_state(self) -> ServerState:
+        n, layers = self.num_clients, len(self.layers)
+        seed = int(numpy_rng(self.seed, "algorithm", "cube").integers(2**62))
+        generator = torch.Generator().manual_seed(seed)
+        cube = normalize_rows(torch.rand(n, layers, n, generator=generator, dtype=torch.float64))
+        initial = self.initial.to_payload()
+        models = {k: torch.stack([v] * n) for k, v in initial.items()}
+        return {"cube": cube, "models": models, "server": server_models(cube, models, self.layers)}
+
+    def init_client_state(self, client: int) -> ClientState:
+        return {"local": self.initial.clone()}
+
+    # --- communication ---------------------------------------------------------------
+    def downlink_keys(self, server_state: ServerState, client: int) -> list[str]:
+        """The parameters of s_i the server sends client i (every layer's)."""
+        return [k for layer in self.layers for k in layer.param_names]
+
+    def downlink(self, server_state: ServerState, ctx: RoundContext) -> Payload:
+        assert ctx.client is not None
+        server = server_state["server"]
+        return {k: server[k][ctx.client] for k in self.downlink_keys(server_state, ctx.client)}
+
+    def upload(self, state: ClientState, ctx: RoundContext) -> Payload:
+        return state["local"].to_payload()
+
+    def aggregate(
+        self, server_state: ServerState, uploads: list[Upload], ctx: RoundContext
+    ) -> ServerState:
+        models = server_state["models"]
+        for u in uploads:  # eq. (33): layers a client did not send keep their stale values
+            for k, v in u.payload.items():
+                models[k][u.client] = v.to(models[k].device)
+        cube = server_state["cube"]
+        sources = [u.client for u in uploads]
+        if sources and not next(iter(models.values())).is_meta:
+            latest = [{k: v[c] for k, v in models.items()} for c in sources]
+            grams = layer_grams(latest, self.layers)
+            cube = update_relations(cube, sources, grams, self.settings)
+        return {"cube": cube, "models": models, "server": server_models(cube, models, self.layers)}
+
+    def aggregation_flops(self, server_state: ServerState, uploads: list[Upload]) -> int:
+        return relation_flops(
+            len(uploads),
+            self.num_clients,
+            self.initial.num_params(),
+            len(self.layers),
+            self.settings.relation_steps,
+        )
+
+    # --- client task -----------------------------------------------------------------
+    def task_constants(
+        self, task: Task, state: ClientState, payload: Payload | None, ctx: RoundContext
+    ) -> TensorDict:
+        """s_i's parameters; a layer not received is regularized toward the client's own
+        model of the last round (eq. 20's w-hat)."""
+        own = state["local"].params
+        received = payload or {}
+        return {k: received.get(k, own[k]) for k in own}
+
+    def loss(self, task: Task) -> Loss:
+        lam = self.settings.lam
+        ce = cross_entropy_loss(task.split)
+
+        def kapc_loss(forward, params, batch, server_model):  # eq. (16)
+            return ce(forward, params, batch, server_model) + lam * proximal(params, server_model)
+
+        return kapc_loss
+
+    def extra_flops(self, task: Task, start: ModelState, steps: int) -> int:
+        # per parameter: subtract, square, accumulate; and the gradient 2 lambda (w - s)
+        return 5 * start.num_params() * steps
+
+    # --- evaluation ------------------------------------------------------------------
+    def personal_model(self, client_state: ClientState, server_state: ServerState) -> ModelState:
+        return client_state["local"]

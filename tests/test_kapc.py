@@ -1,0 +1,167 @@
+"""KAPC (paper 004, Sec. 4): the relationship cube, per-client server models, partial rows."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from mecsim.algorithms.kapc import (
+    KAPC,
+    KAPCSettings,
+    layer_grams,
+    normalize_rows,
+    relation_flops,
+    relation_gradient,
+    relation_objective,
+    update_relations,
+)
+
+import mecsim
+from mecsim.models import build_model
+from mecsim.models.layers import model_layers
+
+KAPC_RUN = ["algorithm.name=kapc", "algorithm.epochs=1", "algorithm.lr=0.05", "protocol.rounds=3"]
+PARAMS = 13_706  # cnn-small on digits
+
+
+def _models(m: int = 3):
+    torch.manual_seed(0)
+    model = build_model("cnn-small", input_shape=(1, 8, 8), num_classes=10, seed=0)
+    layers = tuple(model_layers(model))
+    states = [{k: torch.randn_like(v) for k, v in model.named_parameters()} for _ in range(m)]
+    return states, layers
+
+
+def test_the_gram_form_of_eq_11_is_the_direct_sum_over_layers():
+    states, layers = _models(3)
+    block = normalize_rows(torch.rand(3, len(layers), 3, dtype=torch.float64))
+
+    value = relation_objective(block, layer_grams(states, layers), lam=0.7, beta=0.3)
+
+    direct = 0.0
+    for i in range(3):
+        for index, layer in enumerate(layers):
+            for k in layer.param_names:
+                mix = sum(block[i, index, j] * states[j][k].double() for j in range(3))
+                direct += 0.7 * ((mix - states[i][k].double()) ** 2).sum()
+    direct += 0.3 / 2 * ((block - 1 / 3) ** 2).sum()
+    torch.testing.assert_close(value, direct)
+
+
+def test_the_gradient_step_matches_finite_differences():
+    states, layers = _models(3)
+    grams = layer_grams(states, layers) / 1e3  # keep the objective well scaled
+    block = normalize_rows(torch.rand(3, len(layers), 3, dtype=torch.float64))
+    analytic = relation_gradient(block, grams, lam=1.0, beta=0.5)
+
+    numeric = torch.zeros_like(block)
+    h = 1e-6
+    for index in range(block.numel()):
+        step = torch.zeros(block.numel(), dtype=torch.float64)
+        step[index] = h
+        step = step.view_as(block)
+        up = relation_objective(block + step, grams, 1.0, 0.5)
+        down = relation_objective(block - step, grams, 1.0, 0.5)
+        numeric.view(-1)[index] = (up - down) / (2 * h)
+    torch.testing.assert_close(analytic, numeric, rtol=1e-5, atol=1e-6)
+
+
+def test_a_slice_update_keeps_rows_normalized_and_leaves_other_entries():
+    states, layers = _models(2)
+    cube = normalize_rows(torch.rand(4, len(layers), 4, dtype=torch.float64))
+    grams = layer_grams(states, layers) / 1e3
+    settings = KAPCSettings(relation_steps=3, relation_lr=0.01)
+
+    updated = update_relations(cube, [1, 3], grams, settings)
+
+    torch.testing.assert_close(updated.sum(-1), torch.ones(4, len(layers), dtype=torch.float64))
+    outside = torch.ones_like(cube, dtype=torch.bool)
+    outside[[[1], [3]], :, [1, 3]] = False
+    assert torch.equal(updated[outside], cube[outside])
+    assert not torch.equal(updated[1, :, [1, 3]], cube[1, :, [1, 3]])
+
+
+@pytest.fixture(scope="module")
+def kapc_run(tiny_module):
+    cubes = []
+    original = KAPC.aggregate
+
+    def aggregate(self, server_state, uploads, ctx):
+        out = original(self, server_state, uploads, ctx)
+        cubes.append(out["cube"].clone())
+        return out
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(KAPC, "aggregate", aggregate)
+        result = mecsim.run(copy.deepcopy(tiny_module), KAPC_RUN, write=False)
+    return result, cubes
+
+
+def test_rows_of_r_sum_to_one_after_every_server_job(kapc_run):
+    _, cubes = kapc_run
+    assert len(cubes) == 3
+    for cube in cubes:
+        torch.testing.assert_close(cube.sum(-1), torch.ones(cube.shape[:2], dtype=cube.dtype))
+        assert (cube >= 0).all()
+
+
+def test_each_client_receives_its_own_layer_wise_mixture(kapc_run):
+    result, _ = kapc_run
+    state = result.server_state
+    cube, models, server = state["cube"], state["models"], state["server"]
+    layers = model_layers(build_model("cnn-small", input_shape=(1, 8, 8), num_classes=10, seed=0))
+    for index, layer in enumerate(layers):
+        for k in layer.param_names:
+            for i in range(4):
+                mix = sum(cube[i, index, j].float() * models[k][j] for j in range(4))
+                torch.testing.assert_close(server[k][i], mix)
+    first = layers[0].param_names[0]
+    assert not torch.allclose(server[first][0], server[first][1])
+    downloads = result.events.query("phase == 'download'")
+    assert (downloads["bytes"] == PARAMS * 4).all()
+
+
+def test_server_flops_are_the_closed_form(kapc_run):
+    result, _ = kapc_run
+    aggregate = result.events.query("phase == 'aggregate'")
+    m = n = 4
+    layers = 4  # conv, conv, linear, linear
+    by_hand = 2 * m * m * PARAMS + 1 * layers * (2 * m**3 + 7 * m * m) + 4 * m * m * layers
+    by_hand += 2 * n * n * PARAMS
+    assert (aggregate["flops"] == by_hand).all()
+    assert by_hand == relation_flops(m, n, PARAMS, layers, 1)
+
+
+def test_without_coaching_kapc_is_local_training(tiny):
+    overrides = [o for o in KAPC_RUN if "name" not in o]
+    kapc = mecsim.run(copy.deepcopy(tiny), [*KAPC_RUN, "algorithm.lam=0"], write=False)
+    local = mecsim.run(tiny, [*overrides, "algorithm.name=local"], write=False)
+    torch.testing.assert_close(
+        torch.tensor(kapc.rounds["personal_acc"].values),
+        torch.tensor(local.rounds["personal_acc"].values),
+    )
+
+
+def test_partial_participation_updates_only_the_uploaders_block(tiny):
+    jobs = []
+    original = KAPC.aggregate
+
+    def aggregate(self, server_state, uploads, ctx):
+        before = server_state["cube"].clone()
+        out = original(self, server_state, uploads, ctx)
+        jobs.append((before, out["cube"], [u.client for u in uploads]))
+        return out
+
+    overrides = [*KAPC_RUN, "clients.count=6", "protocol.clients_per_round=2"]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(KAPC, "aggregate", aggregate)
+        mecsim.run(tiny, overrides, write=False)
+
+    for before, after, sources in jobs:
+        assert len(sources) == 2
+        block = torch.zeros_like(before, dtype=torch.bool)
+        block[[[sources[0]], [sources[1]]], :, sources] = True
+        assert torch.equal(after[~block], before[~block])
+        assert not torch.equal(after[block], before[block])
+        torch.testing.assert_close(after.sum(-1), torch.ones(after.shape[:2], dtype=after.dtype))
