@@ -16,6 +16,7 @@ from mecsim.algorithms import (  # noqa: F401  (importing a module registers its
     fedrep,
     fedrod,
     kapc,
+    kapc_bls,
     ktpfl,
     local,
     moon,
