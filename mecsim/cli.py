@@ -89,6 +89,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     cmp.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
 
+    rep = commands.add_parser(
+        "report", help="cost tables across runs: time split, bytes, FLOPs, memory, layers"
+    )
+    rep.add_argument("runs", nargs="+", help="run directories")
+    rep.add_argument("--out", default=None, help="directory for the tables (default: print only)")
+
     listing = commands.add_parser("list", help="list registered names")
     listing.add_argument("kind", choices=LISTABLE)
     return parser
@@ -160,6 +166,8 @@ def _main(args: argparse.Namespace) -> int:
             return 0
         if args.command == "compare":
             return _compare(args)
+        if args.command == "report":
+            return _report(args)
         from mecsim.runner import run
 
         result = run(
@@ -184,6 +192,19 @@ def _main(args: argparse.Namespace) -> int:
     except MecsimError as error:
         sys.stderr.write(f"error: {error}\n")
         return 2
+
+
+def _report(args: argparse.Namespace) -> int:
+
+    from mecsim.comparison import report
+
+    if args.out is None:
+        with tempfile.TemporaryDirectory() as tmp:
+            markdown = report(args.runs, Path(tmp) / "report")
+    else:
+        markdown = report(args.runs, args.out)
+    sys.stdout.write(markdown)
+    return 0
 
 
 def _compare(args: argparse.Namespace) -> int:

@@ -1,9 +1,11 @@
-"""``mecsim compare``: run a sweep (optional) and compare run directories.
+"""``mecsim compare`` and ``mecsim report``: tables across run directories.
 
-Writes ``compare.md`` and ``compare.csv`` (time to target, speedups, idle
-time, energy, bytes), ``curves.png`` (accuracy against simulated time, all
-runs) and ``gantt.png`` (a few rounds per client per run) into one directory,
-atomically.
+``compare`` (after an optional sweep) writes ``compare.md`` and
+``compare.csv`` (time to target, speedups, idle time, energy, bytes),
+``curves.png`` (accuracy against simulated time, all runs) and ``gantt.png``
+(a few rounds per client per run). ``report`` writes KAPC's cost tables
+(``report.md``, ``time.csv``, ``cost.csv``, ``layers.csv`` and
+``layers.png``). Both write one directory, atomically.
 """
 
 from __future__ import annotations
@@ -65,6 +67,58 @@ def run_sweep(
         run(data, point, out=out, **run_options)
         dirs.append(out)
     return dirs
+
+
+def layer_bytes(settings: dict[str, Any]) -> list[int] | None:
+    """Bytes of each layer of a run's architecture (None: mixed architectures)."""
+    from mecsim.data import dataset_shape
+    from mecsim.models import build_model
+    from mecsim.models.layers import model_layers
+
+    name = settings.get("model.name")
+    if not isinstance(name, str):
+        return None
+    shape, classes = dataset_shape(settings["data.dataset"])
+    model = build_model(name, input_shape=shape, num_classes=classes, seed=0)
+    tensors = dict(model.state_dict())
+    return [
+        sum(tensors[k].nbytes for k in (*layer.param_names, *layer.buffer_names))
+        for layer in model_layers(model)
+    ]
+
+
+def report(run_dirs: Sequence[str | Path], out: str | Path, overwrite: bool = False) -> str:
+    """KAPC's cost tables (Tables 5 and 6, Fig. 8) across runs, written into ``out``;
+    returns the Markdown."""
+    from mecsim.analysis.cost_report import (
+        cost_table,
+        plot_layers,
+        render,
+        time_table,
+        uploaded_layers,
+    )
+
+    records = [load_run(d) for d in run_dirs]
+    distinguish(records)
+    time, cost = time_table(records), cost_table(records)
+    depths = {}
+    for record in records:
+        sizes = layer_bytes(record.settings)
+        if sizes is not None:
+            series = uploaded_layers(record.events, sizes)
+            if series.notna().all() and len(series):
+                depths[record.label] = series
+    layers = pd.DataFrame(depths)
+    layers.index.name = "round"
+    markdown = render(time, cost, layers)
+    with atomic_directory(Path(out), overwrite=overwrite) as tmp:
+        write_file(tmp / "report.md", lambda p: p.write_text(markdown))
+        write_file(tmp / "time.csv", lambda p: time.to_csv(p, index=False))
+        write_file(tmp / "cost.csv", lambda p: cost.to_csv(p, index=False))
+        if not layers.empty:
+            write_file(tmp / "layers.csv", lambda p: layers.to_csv(p))
+            write_file(tmp / "layers.png", lambda p: plot_layers(layers, p))
+    return markdown
 
 
 def compare(

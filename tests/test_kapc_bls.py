@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 
+import numpy as np
 import pandas as pd
 import pytest
 import torch
@@ -99,3 +100,50 @@ def test_without_selection_bls_is_kapc(tiny):
     bls = mecsim.run(tiny, same, write=False)
     pd.testing.assert_series_equal(kapc.events["bytes"], bls.events["bytes"])
     pd.testing.assert_series_equal(kapc.rounds["personal_acc"], bls.rounds["personal_acc"])
+
+
+# --- mecsim report -----------------------------------------------------------------------
+
+
+def test_uploaded_layers_are_read_back_from_bytes():
+    from mecsim.analysis.cost_report import uploaded_layers
+
+    events = pd.DataFrame(
+        {
+            "round": [0, 0, 1, 1],
+            "direction": ["up"] * 4,
+            "role": ["sender"] * 4,
+            "bytes": [10, 30, 60, 30],  # layers of 10, 20 and 30 bytes
+        }
+    )
+    depth = uploaded_layers(events, [10, 20, 30])
+    assert depth.tolist() == [1.5, 2.5]
+    odd = uploaded_layers(events.assign(bytes=[10, 25, 60, 30]), [10, 20, 30])
+    assert np.isnan(odd[0]) and odd[1] == 2.5
+
+
+def test_report_writes_kapcs_tables_across_runs(tiny, tmp_path, capsys):
+    from mecsim.cli import main
+
+    dirs = []
+    for name, extra in (("kapc", []), ("bls", ["algorithm.mu=0.3"])):
+        overrides = [*BLS[:4], *extra] if name == "bls" else [*BLS[1:4], "algorithm.name=kapc"]
+        mecsim.run(copy.deepcopy(tiny), overrides, out=tmp_path / name)
+        dirs.append(str(tmp_path / name))
+
+    assert main(["report", *dirs, "--out", str(tmp_path / "report")]) == 0
+    printed = capsys.readouterr().out
+    assert "KAPC Table 5" in printed and "KAPC Fig. 8" in printed
+    cost = pd.read_csv(tmp_path / "report" / "cost.csv").set_index("run")
+    rounds = pd.read_csv(tmp_path / "kapc" / "rounds.csv")
+    kapc = cost.loc["kapc / compute_and_wait"]
+    assert kapc["up_mb"] == pytest.approx(rounds["bytes_up"].mean() / 2**20)
+    assert kapc["best_mean_acc"] == pytest.approx(rounds["personal_acc"].max())
+    assert cost.loc["kapc_bls / compute_and_wait", "up_mb"] < kapc["up_mb"]
+    layers = pd.read_csv(tmp_path / "report" / "layers.csv", index_col="round")
+    assert (layers["kapc / compute_and_wait"] == len(LAYERS)).all()
+    assert layers["kapc_bls / compute_and_wait"].max() < len(LAYERS)
+    time = pd.read_csv(tmp_path / "report" / "time.csv")
+    pct = time[[c for c in time.columns if c.endswith("_pct")]].sum(axis=1)
+    np.testing.assert_allclose(pct, 100)
+    assert (tmp_path / "report" / "layers.png").stat().st_size > 0

@@ -1,0 +1,147 @@
+"""``mecsim report``: KAPC's cost tables across runs (paper 004, Tables 5 and 6, Fig. 8).
+
+One row per run, every figure derived from the run's events and rounds
+tables (server memory from its summary, measured on the server state):
+
+* Table 5 - mean time per round: upload, download, client compute and
+  server, in seconds and percent of their sum (:func:`~.costs.time_split`);
+* Table 6 - per round: MB up and down (all clients of the round; MB = 2^20
+  bytes, the paper's unit: 10 ResNet-18 uploads are its 426.54 MB), client
+  and server GFLOPs; server peak state memory; best mean accuracy (the best
+  round's personalized accuracy);
+* Fig. 8 - the mean number of leading layers each round's uploads carried,
+  read back from their bytes (an upload of the first d layers has exactly
+  their bytes; other uploads leave it undefined).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from mecsim.analysis.compare import RunRecord
+from mecsim.analysis.costs import PHASES, time_split
+
+MIB = 2**20
+
+
+def time_table(runs: Sequence[RunRecord]) -> pd.DataFrame:
+    """Table 5: mean seconds per round of each phase and its percent of their sum."""
+    rows = []
+    for run in runs:
+        split = time_split(run.events)
+        total = sum(split.values())
+        row: dict[str, object] = {"run": run.label, "time_s": total}
+        for phase in PHASES:
+            row[f"{phase}_s"] = split[phase]
+            row[f"{phase}_pct"] = 100 * split[phase] / total if total else math.nan
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def cost_table(runs: Sequence[RunRecord]) -> pd.DataFrame:
+    """Table 6: per-round MB up/down, client/server GFLOPs; server memory; best accuracy."""
+    rows = []
+    for run in runs:
+        rounds = max(len(run.rounds), 1)
+        events = run.events
+        clients = events[events["client"] >= 0]
+        server = events[events["client"] < 0]
+        up = events[(events["direction"] == "up") & (events["role"] == "sender")]
+        down = events[
+            (events["direction"] == "down")
+            & (events["role"] == "receiver")
+            & (events["round"] >= 0)  # the public split's download is not a round's
+        ]
+        rows.append(
+            {
+                "run": run.label,
+                "up_mb": up["bytes"].sum() / MIB / rounds,
+                "down_mb": down["bytes"].sum() / MIB / rounds,
+                "client_gflops": clients["flops"].sum() / 1e9 / rounds,
+                "server_gflops": server["flops"].sum() / 1e9 / rounds,
+                "server_memory_mb": run.summary.get("server_state_peak_bytes", math.nan) / MIB,
+                "best_mean_acc": float(run.rounds["personal_acc"].max()),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def uploaded_layers(events: pd.DataFrame, layer_bytes: Sequence[int]) -> pd.Series:
+    """Per round, the mean number of leading layers the uploads carried (Fig. 8).
+
+    ``layer_bytes``: each layer's bytes in model order. NaN for a round with
+    an upload that is not a prefix of whole layers.
+    """
+    prefixes = {int(b): d for d, b in enumerate(np.cumsum([0, *layer_bytes]))}
+    uploads = events[(events["direction"] == "up") & (events["role"] == "sender")]
+    depth = uploads["bytes"].map(lambda b: prefixes.get(int(b), math.nan))
+    return depth.groupby(uploads["round"]).agg(lambda s: s.mean(skipna=False))
+
+
+def render(time: pd.DataFrame, cost: pd.DataFrame, layers: pd.DataFrame) -> str:
+    """The three tables as Markdown."""
+    lines = [
+        "# mecsim cost report",
+        "",
+        "## Mean time per round (KAPC Table 5)",
+        "",
+        "Client phases are averaged over each round's clients; percent of the four phases' sum.",
+        "",
+        "| run | time (s) | upload s (%) | download s (%) | client s (%) | server s (%) |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for _, r in time.iterrows():
+        cells = [f"{r[f'{p}_s']:.3f} ({r[f'{p}_pct']:.2f})" for p in PHASES]
+        lines.append(f"| {r['run']} | {r['time_s']:.3f} | " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "## Communication, computation and memory per round (KAPC Table 6)",
+        "",
+        "MB = 2^20 bytes over all clients of a round; best mean accuracy: the best round's",
+        "personalized accuracy.",
+        "",
+        "| run | up MB | down MB | client GFLOPs | server GFLOPs | server memory MB"
+        " | best mean acc |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for _, r in cost.iterrows():
+        lines.append(
+            f"| {r['run']} | {r['up_mb']:.3f} | {r['down_mb']:.3f} | {r['client_gflops']:.4f}"
+            f" | {r['server_gflops']:.6f} | {r['server_memory_mb']:.3f}"
+            f" | {r['best_mean_acc']:.4f} |"
+        )
+    if not layers.empty:
+        lines += [
+            "",
+            "## Mean uploaded layers per round (KAPC Fig. 8)",
+            "",
+            "| run | mean | min | max |",
+            "| --- | ---: | ---: | ---: |",
+        ]
+        for run, series in layers.items():
+            lines.append(
+                f"| {run} | {series.mean():.2f} | {series.min():.2f} | {series.max():.2f} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def plot_layers(layers: pd.DataFrame, path: Path) -> None:
+    """Mean uploaded layers against the round, one line per run (Fig. 8)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    for run, series in layers.items():
+        ax.plot(series.index, series.values, label=run)
+    ax.set_xlabel("round")
+    ax.set_ylabel("mean uploaded layers")
+    ax.legend(fontsize="small")
+    fig.tight_layout()
+    fig.savefig(path, format="png", dpi=120)
+    plt.close(fig)
