@@ -4,6 +4,7 @@ from mecsim.algorithms import (  # noqa: F401  (importing a module registers its
     comet,
     ditto,
     dsfl,
+    fedamp,
     fedavg,
     fedavgm,
     fedbabu,

@@ -218,12 +218,14 @@ class KAPC(Algorithm):
             for k, v in u.payload.items():
                 models[k][u.client] = v.to(models[k].device)
         cube = server_state["cube"]
-        sources = [u.client for u in uploads]
-        if sources and not next(iter(models.values())).is_meta:
-            latest = [{k: v[c] for k, v in models.items()} for c in sources]
-            grams = layer_grams(latest, self.layers)
-            cube = update_relations(cube, sources, grams, self.settings)
+        if uploads and not next(iter(models.values())).is_meta:  # cost-only: R stays
+            cube = self.relations(cube, models, [u.client for u in uploads])
         return {"cube": cube, "models": models, "server": server_models(cube, models, self.layers)}
+
+    def relations(self, cube: Tensor, models: TensorDict, sources: list[int]) -> Tensor:
+        """The new cube from the stacked latest models: E_r steps on the sources' slice."""
+        latest = [{k: v[c] for k, v in models.items()} for c in sources]
+        return update_relations(cube, sources, layer_grams(latest, self.layers), self.settings)
 
     def aggregation_flops(self, server_state: ServerState, uploads: list[Upload]) -> int:
         return relation_flops(

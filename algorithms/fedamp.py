@@ -1,0 +1,97 @@
+"""FedAMP (Huang et al., AAAI 2021): attentive message passing, the cosine variant.
+
+As in KAPC (paper 004, whose Tables 1/5/6 compare against it), each client i
+keeps its own model w_i and trains
+
+    f_i(w_i) + lambda ||w_i - u_i||^2
+
+toward its own cloud model u_i, which the server builds from the clients'
+latest models with attention on their similarity (HeurFedAMP, the cosine
+form the KAPC paper describes):
+
+    xi_ij = (1 - xi_self) exp(sigma cos(w_i, w_j)) / sum_{h in S, h != i} exp(sigma cos(w_i, w_h))
+    xi_ii = xi_self,   u_i = sum_j xi_ij w_j
+
+over the clients S that uploaded this round (a client not in S mixes them
+with its own stale model). The client side - the task, the loss, per-client
+downloads of u_i's parameters - is KAPC's (:class:`~mecsim.algorithms.kapc.KAPC`).
+
+Defaults: lambda = 1 (the FedAMP code's lamda / (2 alphaK) with both 1 is
+0.5; lambda = 1 matches KAPC's weight for a like-for-like comparison),
+sigma = 1, xi_self = 0.5; E = 5 local epochs, lr 0.01 (KAPC's Sec. 7.1
+settings for every baseline).
+
+Server FLOPs (N clients, P parameters), in closed form: the Gram matrix of
+all N models 2 N^2 P (cosines from it), the attention 6 N^2, the N cloud
+models 2 N^2 P.
+"""
+
+from __future__ import annotations
+
+import torch
+from mecsim.algorithms.base import AlgorithmSettings, ServerState, Upload
+from mecsim.algorithms.kapc import KAPC
+from mecsim.algorithms.registry import ALGORITHMS
+from pydantic import Field
+from torch import Tensor
+
+from mecsim.state import TensorDict
+
+
+class FedAMPSettings(AlgorithmSettings):
+    epochs: int = Field(default=5, ge=1, description="local epochs per round")
+    lr: float = Field(default=0.01, gt=0)
+    lam: float = Field(default=1.0, ge=0, description="lambda: weight of ||w_i - u_i||^2")
+    sigma: float = Field(default=1.0, gt=0, description="attention sharpness on cosines")
+    self_weight: float = Field(
+        default=0.5, ge=0, le=1, description="xi_self: weight of a client's own model in u_i"
+    )
+
+
+def attention_weights(gram: Tensor, sources: list[int], sigma: float, self_weight: float) -> Tensor:
+    """xi [N, N] from the Gram matrix of all N models: softmax of sigma cos over the
+    sources (other than i), scaled to 1 - xi_self, plus xi_self on the diagonal."""
+    n = gram.shape[0]
+    norms = gram.diagonal().clamp_min(1e-24).sqrt()
+    cosine = gram / (norms[:, None] * norms[None, :])
+    allowed = torch.zeros(n, n, dtype=torch.bool)
+    allowed[:, sources] = True
+    allowed.fill_diagonal_(False)
+    logits = torch.where(allowed, sigma * cosine, torch.full_like(cosine, -torch.inf))
+    others = torch.softmax(logits, dim=1).nan_to_num(0.0)  # a row with no source: zeros
+    has_others = allowed.any(dim=1, keepdim=True)
+    xi = torch.where(has_others, (1 - self_weight) * others, others)
+    own = torch.where(has_others.squeeze(1), self_weight, 1.0).to(xi.dtype)
+    return xi + torch.diag(own)
+
+
+def flat_gram(models: TensorDict, keys: list[str]) -> Tensor:
+    """Gram matrix [N, N] of the stacked models' parameters ``keys``, float64."""
+    flat = torch.cat([models[k].reshape(models[k].shape[0], -1) for k in keys], dim=1).double()
+    return flat @ flat.T
+
+
+@ALGORITHMS.register("fedamp", "FedAMP: per-client cloud models by attention on cosine similarity")
+class FedAMP(KAPC):
+    """KAPC's client side; cloud models from cosine attention instead of a learned cube."""
+
+    Settings = FedAMPSettings
+
+    def init_server_state(self) -> ServerState:
+        state = super().init_server_state()
+        n = self.num_clients
+        return {**state, "cube": self.layer_weights(torch.eye(n, dtype=torch.float64))}
+
+    def layer_weights(self, xi: Tensor) -> Tensor:
+        """The same weights for every layer: xi as a cube [N, L, N]."""
+        return xi.unsqueeze(1).expand(-1, len(self.layers), -1).contiguous()
+
+    def relations(self, cube: Tensor, models: TensorDict, sources: list[int]) -> Tensor:
+        """Every layer weighted alike by xi (cosine attention over all parameters)."""
+        s = self.settings
+        gram = flat_gram(models, list(self.initial.params))
+        return self.layer_weights(attention_weights(gram, sources, s.sigma, s.self_weight))
+
+    def aggregation_flops(self, server_state: ServerState, uploads: list[Upload]) -> int:
+        n, p = self.num_clients, self.initial.num_params()
+        return 2 * n * n * p + 6 * n * n + 2 * n * n * p
