@@ -22,6 +22,7 @@ from mecsim.algorithms import (  # noqa: F401  (importing a module registers its
     local,
     moon,
     persfl,
+    pfedla,
     scaffold,
     scd,
 )

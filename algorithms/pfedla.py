@@ -1,0 +1,223 @@
+"""pFedLA (Ma et al., CVPR 2022): layer-wise personalized aggregation from hypernetworks.
+
+The server keeps every client's latest model theta_j and, per client i, a
+hypernetwork HN_i with an embedding v_i that outputs layer-wise aggregation
+weights alpha_i = HN_i(v_i) (L x N, a softmax over clients per layer). Client
+i receives its personalized aggregate
+
+    theta-bar^l_i = sum_j alpha^l_ij theta^l_j
+
+trains it on its data (cross-entropy, E epochs) and uploads theta_i. The
+server takes Delta_i = theta_i - theta-bar_i as the descent direction of the
+client's loss at theta-bar_i and updates HN_i and v_i by the chain rule:
+
+    phi_i <- phi_i + eta_hn (d theta-bar_i / d phi_i)^T Delta_i
+
+then stores theta_i and recomputes every client's alpha and aggregate.
+
+The storage of the N models, the per-client downloads of an aggregate's
+parameters (a client keeps its own buffers) and the personalized model (the
+client's trained model) are KAPC's (:class:`~mecsim.algorithms.kapc.KAPC`):
+the layer-wise weight cube is alpha instead of a learned relationship cube.
+
+Choices the paper leaves open, and the values taken:
+
+* HN_i: embedding (``embedding_dim`` = 32) -> MLP with two hidden layers of
+  ``hidden_dim`` = 32 (ReLU) -> one linear head of L x N weights, softmax over
+  clients per layer; heads start at zero (uniform alpha: FedAvg's average).
+* One Adam step of ``hn_lr`` = 0.005 per upload (the authors' optimizer and
+  rate); each hypernetwork keeps its own moments.
+* E = 5, lr 0.01 (KAPC's settings for every baseline).
+
+Server FLOPs (m uploads, N clients, P parameters, F = 2 (e h + h^2 + h L N)
+the multiply-adds of one hypernetwork pass, H its parameters), in closed
+form: m P (Delta) + 2 m N P (the inner products <theta^l_j, Delta^l_i>) +
+3 m F + 10 m H (forward, backward and the Adam update of m hypernetworks) + N F + 2 N^2 P
+(every client's alpha and aggregate).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from mecsim.algorithms.base import (
+    AlgorithmSettings,
+    ClientState,
+    RoundContext,
+    ServerState,
+    Task,
+    Upload,
+)
+from mecsim.algorithms.kapc import KAPC, server_models
+from mecsim.algorithms.registry import ALGORITHMS
+from pydantic import Field
+from torch import Tensor
+
+from mecsim.rng import numpy_rng
+from mecsim.state import ModelState, Payload, TensorDict
+from mecsim.training import Loss
+
+
+class PFedLASettings(AlgorithmSettings):
+    epochs: int = Field(default=5, ge=1, description="local epochs per round")
+    lr: float = Field(default=0.01, gt=0)
+    embedding_dim: int = Field(default=32, ge=1, le=4096)
+    hidden_dim: int = Field(default=32, ge=1, le=4096)
+    hn_lr: float = Field(default=0.005, gt=0, description="hypernetwork step size")
+
+
+def init_hypernetworks(n: int, layers: int, s: PFedLASettings, seed: int) -> TensorDict:
+    """N hypernetworks, stacked on the first dimension; zero heads (uniform alpha)."""
+    generator = torch.Generator().manual_seed(seed)
+    e, h = s.embedding_dim, s.hidden_dim
+
+    def uniform(*shape: int, fan_in: int) -> Tensor:
+        bound = fan_in**-0.5
+        return (torch.rand(n, *shape, generator=generator, dtype=torch.float64) * 2 - 1) * bound
+
+    return {
+        "embedding": torch.randn(n, e, generator=generator, dtype=torch.float64),
+        "w1": uniform(e, h, fan_in=e),
+        "b1": uniform(h, fan_in=e),
+        "w2": uniform(h, h, fan_in=h),
+        "b2": uniform(h, fan_in=h),
+        "head": torch.zeros(n, h, layers * n, dtype=torch.float64),
+        "head_bias": torch.zeros(n, layers * n, dtype=torch.float64),
+    }
+
+
+def aggregation_weights(nets: TensorDict, layers: int) -> Tensor:
+    """alpha [n, L, N] of the n stacked hypernetworks ``nets``."""
+    hidden = F.relu(torch.einsum("ne,neh->nh", nets["embedding"], nets["w1"]) + nets["b1"])
+    hidden = F.relu(torch.einsum("nh,nhk->nk", hidden, nets["w2"]) + nets["b2"])
+    out = torch.einsum("nh,nhk->nk", hidden, nets["head"]) + nets["head_bias"]
+    return torch.softmax(out.view(out.shape[0], layers, -1), dim=-1)
+
+
+ADAM = (0.9, 0.999, 1e-8)
+"""Adam's beta1, beta2 and epsilon (PyTorch's defaults)."""
+
+
+def hypernetwork_step(
+    nets: TensorDict, moments: TensorDict, steps: Tensor, directions: Tensor, layers: int, lr: float
+) -> tuple[TensorDict, TensorDict, Tensor]:
+    """One Adam step on n hypernetworks; returns (nets, moments, steps).
+
+    ``directions`` [n, L, N] holds <theta^l_j, Delta^l_i>, the derivative of
+    <theta-bar_i, Delta_i> in alpha^l_ij: the step ascends it (descends the
+    client's loss). ``moments`` holds Adam's ``m.<key>`` and ``v.<key>``,
+    ``steps`` each hypernetwork's step count.
+    """
+    beta1, beta2, eps = ADAM
+    leaves = {k: v.detach().requires_grad_(True) for k, v in nets.items()}
+    surrogate = (aggregation_weights(leaves, layers) * directions).sum()
+    grads = torch.autograd.grad(surrogate, list(leaves.values()))
+    steps = steps + 1
+    out, new_moments = {}, {}
+    for (k, leaf), grad in zip(leaves.items(), grads, strict=True):
+        ascent = -grad
+        m = beta1 * moments[f"m.{k}"] + (1 - beta1) * ascent
+        v = beta2 * moments[f"v.{k}"] + (1 - beta2) * ascent**2
+        shape = (-1,) + (1,) * (leaf.dim() - 1)
+        m_hat = m / (1 - beta1 ** steps.view(shape))
+        v_hat = v / (1 - beta2 ** steps.view(shape))
+        out[k] = (leaf - lr * m_hat / (v_hat.sqrt() + eps)).detach()
+        new_moments[f"m.{k}"], new_moments[f"v.{k}"] = m, v
+    return out, new_moments, steps
+
+
+@ALGORITHMS.register("pfedla", "pFedLA: per-client layer-wise aggregation from hypernetworks")
+class PFedLA(KAPC):
+    """Clients train their layer-wise personalized aggregate; hypernetworks learn the weights."""
+
+    Settings = PFedLASettings
+    protocols = frozenset({"compute_and_wait", "deadline"})
+
+    def init_server_state(self) -> ServerState:
+        s, n, layers = self.settings, self.num_clients, len(self.layers)
+        seed = int(numpy_rng(self.seed, "algorithm", "hypernetworks").integers(2**62))
+        nets = init_hypernetworks(n, layers, s, seed)
+        cube = aggregation_weights(nets, layers).detach()
+        initial = self.initial.to_payload()
+        models = {k: torch.stack([v] * n) for k, v in initial.items()}
+        server = server_models(cube, models, self.layers)
+        moments = {f"{p}.{k}": torch.zeros_like(v) for k, v in nets.items() for p in "mv"}
+        return {
+            "cube": cube,
+            "models": models,
+            "server": server,
+            "hypernetworks": nets,
+            "adam": moments,
+            "adam_steps": torch.zeros(n, dtype=torch.float64),
+        }
+
+    def aggregate(
+        self, server_state: ServerState, uploads: list[Upload], ctx: RoundContext
+    ) -> ServerState:
+        models, server, nets = (server_state[k] for k in ("models", "server", "hypernetworks"))
+        moments, steps = server_state["adam"], server_state["adam_steps"]
+        layers = len(self.layers)
+        if uploads and not next(iter(models.values())).is_meta:
+            rows = torch.tensor([u.client for u in uploads])
+            directions = torch.zeros(len(uploads), layers, self.num_clients, dtype=torch.float64)
+            for index, layer in enumerate(self.layers):
+                for k in layer.param_names:
+                    delta = torch.stack([u.payload[k] - server[k][u.client] for u in uploads])
+                    flat = models[k].reshape(self.num_clients, -1).double()
+                    directions[:, index] += delta.reshape(len(uploads), -1).double() @ flat.T
+            stepped, moved, counted = hypernetwork_step(
+                {k: v[rows] for k, v in nets.items()},
+                {k: v[rows] for k, v in moments.items()},
+                steps[rows],
+                directions,
+                layers,
+                self.settings.hn_lr,
+            )
+            nets = {k: v.clone().index_put_((rows,), stepped[k]) for k, v in nets.items()}
+            moments = {k: v.clone().index_put_((rows,), moved[k]) for k, v in moments.items()}
+            steps = steps.clone().index_put_((rows,), counted)
+        for u in uploads:
+            for k, v in u.payload.items():
+                models[k][u.client] = v.to(models[k].device)
+        cube = aggregation_weights(nets, layers).detach()
+        server = server_models(cube, models, self.layers)
+        return {
+            "cube": cube,
+            "models": models,
+            "server": server,
+            "hypernetworks": nets,
+            "adam": moments,
+            "adam_steps": steps,
+        }
+
+    def aggregation_flops(self, server_state: ServerState, uploads: list[Upload]) -> int:
+        s = self.settings
+        m, n, p, layers = (
+            len(uploads),
+            self.num_clients,
+            self.initial.num_params(),
+            len(self.layers),
+        )
+        e, h = s.embedding_dim, s.hidden_dim
+        passes = 2 * (e * h + h * h + h * layers * n)
+        size = e + e * h + h + h * h + h + h * layers * n + layers * n
+        return m * p + 2 * m * n * p + 3 * m * passes + 10 * m * size + n * passes + 2 * n * n * p
+
+    # --- client task: plain local training from the personalized aggregate -------------
+    def begin_task(
+        self, task: Task, state: ClientState, payload: Payload | None, ctx: RoundContext
+    ) -> ModelState:
+        return state["local"].merge(payload or {})
+
+    def task_constants(
+        self, task: Task, state: ClientState, payload: Payload | None, ctx: RoundContext
+    ) -> TensorDict:
+        return {}
+
+    def loss(self, task: Task) -> Loss:
+        from mecsim.algorithms.losses import cross_entropy_loss
+
+        return cross_entropy_loss(task.split)
+
+    def extra_flops(self, task: Task, start: ModelState, steps: int) -> int:
+        return 0
