@@ -19,7 +19,9 @@ loop. It declares:
   :mod:`mecsim.training`), its schedule (:meth:`schedule`) and where the
   result goes (:meth:`end_task`);
 * server work - :meth:`aggregate` (pure averaging, FLOPs from
-  :meth:`aggregation_flops`), :meth:`mix` for asynchronous protocols, and
+  :meth:`aggregation_flops`), :meth:`prepare_downlinks` (work on a
+  synchronous round's selection before its downloads, FLOPs from
+  :meth:`preparation_flops`), :meth:`mix` for asynchronous protocols, and
   :meth:`server_tasks`, training or inference on the server that the
   executors run and meter like client work, timed on the server device;
 * evaluation - :meth:`generic_model` on the global test set and
@@ -245,6 +247,17 @@ class Algorithm:
             Upload(upload.client, upload.payload, upload.num_samples, weight=weight),
         ]
         return self.aggregate(server_state, pair, ctx)
+
+    def prepare_downlinks(
+        self, server_state: ServerState, selected: Sequence[int], ctx: RoundContext
+    ) -> ServerState:
+        """Server work that depends on the round's selection, before its downloads
+        (KAPC slices its relationship cube by it, Algorithm 5). Default: unchanged."""
+        return server_state
+
+    def preparation_flops(self, server_state: ServerState, selected: Sequence[int]) -> int:
+        """Server FLOPs of :meth:`prepare_downlinks` (timed before the downloads). Default: 0."""
+        return 0
 
     # --- client tasks ----------------------------------------------------------------
     def round_tasks(self, round_: int) -> tuple[Task, ...]:

@@ -12,8 +12,8 @@ form the KAPC paper describes):
     xi_ij = (1 - xi_self) exp(sigma cos(w_i, w_j)) / sum_{h in S, h != i} exp(sigma cos(w_i, w_h))
     xi_ii = xi_self,   u_i = sum_j xi_ij w_j
 
-over the clients S that uploaded this round (a client not in S mixes them
-with its own stale model). The client side - the task, the loss, per-client
+over the clients S selected for the round (their latest models), computed
+before the round's downloads. The client side - the task, the loss, per-client
 downloads of u_i's parameters - is KAPC's (:class:`~mecsim.algorithms.kapc.KAPC`).
 
 Defaults: lambda = 1 (the FedAMP code's lamda / (2 alphaK) with both 1 is
@@ -21,15 +21,17 @@ Defaults: lambda = 1 (the FedAMP code's lamda / (2 alphaK) with both 1 is
 sigma = 1, xi_self = 0.5; E = 5 local epochs, lr 0.01 (KAPC's Sec. 7.1
 settings for every baseline).
 
-Server FLOPs (N clients, P parameters), in closed form: the Gram matrix of
-all N models 2 N^2 P (cosines from it), the attention 6 N^2, the N cloud
-models 2 N^2 P.
+Server FLOPs of preparing a round (m selected of N clients, P parameters),
+in closed form: their Gram matrix 2 m^2 P (cosines from it), the attention
+6 m^2, the m cloud models 2 m N P (a dense mix over the N stored models).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
-from mecsim.algorithms.base import AlgorithmSettings, ServerState, Upload
+from mecsim.algorithms.base import AlgorithmSettings, ServerState
 from mecsim.algorithms.kapc import KAPC
 from mecsim.algorithms.registry import ALGORITHMS
 from pydantic import Field
@@ -79,19 +81,26 @@ class FedAMP(KAPC):
 
     def init_server_state(self) -> ServerState:
         state = super().init_server_state()
-        n = self.num_clients
-        return {**state, "cube": self.layer_weights(torch.eye(n, dtype=torch.float64))}
+        return {
+            **state,
+            "cube": self.layer_weights(torch.eye(self.num_clients, dtype=torch.float64)),
+        }
 
     def layer_weights(self, xi: Tensor) -> Tensor:
         """The same weights for every layer: xi as a cube [N, L, N]."""
         return xi.unsqueeze(1).expand(-1, len(self.layers), -1).contiguous()
 
-    def relations(self, cube: Tensor, models: TensorDict, sources: list[int]) -> Tensor:
-        """Every layer weighted alike by xi (cosine attention over all parameters)."""
-        s = self.settings
-        gram = flat_gram(models, list(self.initial.params))
-        return self.layer_weights(attention_weights(gram, sources, s.sigma, s.self_weight))
+    def relations(self, cube: Tensor, models: TensorDict, selected: list[int]) -> Tensor:
+        """Rows of the selection: attention over the selection's cosines, every layer alike."""
+        s, rows = self.settings, torch.tensor(selected)
+        gram = flat_gram({k: v[rows] for k, v in models.items()}, list(self.initial.params))
+        xi = attention_weights(gram, list(range(len(selected))), s.sigma, s.self_weight)
+        full = torch.zeros(len(selected), self.num_clients, dtype=torch.float64)
+        full[:, rows] = xi
+        cube = cube.clone()
+        cube[rows] = self.layer_weights(full)
+        return cube
 
-    def aggregation_flops(self, server_state: ServerState, uploads: list[Upload]) -> int:
-        n, p = self.num_clients, self.initial.num_params()
-        return 2 * n * n * p + 6 * n * n + 2 * n * n * p
+    def preparation_flops(self, server_state: ServerState, selected: Sequence[int]) -> int:
+        m, n, p = len(selected), self.num_clients, self.initial.num_params()
+        return 2 * m * m * p + 6 * m * m + 2 * m * n * p

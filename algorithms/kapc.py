@@ -10,21 +10,22 @@ and trains its own model w_i on
 
     f_i(w_i) + lambda ||w_i - s_i||^2                             (eqs. 16-17)
 
-for E local epochs, then uploads w_i. The server then updates R by E_r
-gradient steps on the rows of the clients that uploaded, with W fixed:
+for E local epochs, then uploads w_i, which the server stores. Before the
+next round's downloads (a timed server job on the new selection S), the
+server updates R by E_r gradient steps on the rows of S, with W fixed:
 
     f(r_i) = lambda sum_l ||r^l_i W^l - w^l_i||^2 + beta/2 ||r_i - 1/m||^2   (eq. 11)
     r_i <- r_i - eta_r (lambda grad f_s + beta (r_i - 1/m))                    (eqs. 12-13)
 
 and normalizes every row r^l_i to sum 1 (clipped at 0 first), then builds
-every client's s_i for the next round.
+s_i for each client of S.
 
 Partial participation (Algorithm 5): the step runs on the slice R[S, :, S]
-of the m clients S that uploaded, normalized by row; the updated slice is
-written back with the mass the rows had on S, so every row of R stays
-normalized and entries outside S keep their values. With full participation
-this is Algorithm 1. A client's stale model stands in for it until it
-uploads again (eq. 33), and s_i mixes all N columns of its row.
+of the m selected clients, normalized by row; the updated slice is written
+back with the mass the rows had on S, so every row of R stays normalized and
+entries outside S keep their values. With full participation this is
+Algorithm 1. A client's stale model stands in for it until it uploads again
+(eq. 33), and s_i mixes all N columns of its row.
 
 Choices the paper leaves open, and the values taken:
 
@@ -40,13 +41,16 @@ Choices the paper leaves open, and the values taken:
 * Defaults (Sec. 7.1 and 7.3): E = 5 epochs, E_r = 1, lr 0.01 for W and R,
   lambda = 1, beta = 0.005 (the alpha = 0.1 values of Fig. 6).
 
-Server FLOPs of one aggregation (m uploads, N clients, P parameters in L
-layers), in closed form (:func:`relation_flops`): the Gram matrices
+Server FLOPs of preparing a round (m selected, N clients, P parameters in
+L layers), in closed form (:func:`relation_flops`): the Gram matrices
 2 m^2 P; per step and layer 2 m^3 + 7 m^2; normalizing and writing back
-4 m^2 L; the N server models 2 N^2 P.
+4 m^2 L; the m server models 2 m N P. Storing the uploads is a copy (0).
+The server state holds the N client models, R and the selection's s_i.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import torch
 from mecsim.algorithms.base import (
@@ -145,16 +149,16 @@ def update_relations(
 
 
 def relation_flops(m: int, n: int, params: int, layers: int, steps: int) -> int:
-    """Server FLOPs of one KAPC aggregation (see the module docstring)."""
+    """Server FLOPs of preparing m selected clients' downlinks (see the module docstring)."""
     grams = 2 * m * m * params
     step = layers * (2 * m**3 + 7 * m * m)
     write_back = 4 * m * m * layers
-    server_models = 2 * n * n * params
+    server_models = 2 * m * n * params
     return grams + steps * step + write_back + server_models
 
 
 def server_models(cube: Tensor, models: TensorDict, layers: tuple[Layer, ...]) -> TensorDict:
-    """Eq. (15) for every client: s^l_i = sum_j r^l_ij w^l_j, stacked [N, ...] per parameter."""
+    """Eq. (15) for each row i of ``cube``: s^l_i = sum_j r^l_ij w^l_j, stacked per parameter."""
     out: TensorDict = {}
     for index, layer in enumerate(layers):
         weights = cube[:, index, :]
@@ -192,7 +196,7 @@ class KAPC(Algorithm):
         cube = normalize_rows(torch.rand(n, layers, n, generator=generator, dtype=torch.float64))
         initial = self.initial.to_payload()
         models = {k: torch.stack([v] * n) for k, v in initial.items()}
-        return {"cube": cube, "models": models, "server": server_models(cube, models, self.layers)}
+        return {"cube": cube, "models": models, "server": {}}
 
     def init_client_state(self, client: int) -> ClientState:
         return {"local": self.initial.clone()}
@@ -204,8 +208,8 @@ class KAPC(Algorithm):
 
     def downlink(self, server_state: ServerState, ctx: RoundContext) -> Payload:
         assert ctx.client is not None
-        server = server_state["server"]
-        return {k: server[k][ctx.client] for k in self.downlink_keys(server_state, ctx.client)}
+        server = server_state["server"][ctx.client]
+        return {k: server[k] for k in self.downlink_keys(server_state, ctx.client)}
 
     def upload(self, state: ClientState, ctx: RoundContext) -> Payload:
         return state["local"].to_payload()
@@ -213,23 +217,35 @@ class KAPC(Algorithm):
     def aggregate(
         self, server_state: ServerState, uploads: list[Upload], ctx: RoundContext
     ) -> ServerState:
+        """Store the uploads; a layer a client did not send keeps its stale value (eq. 33)."""
         models = server_state["models"]
-        for u in uploads:  # eq. (33): layers a client did not send keep their stale values
+        for u in uploads:
             for k, v in u.payload.items():
                 models[k][u.client] = v.to(models[k].device)
-        cube = server_state["cube"]
-        if uploads and not next(iter(models.values())).is_meta:  # cost-only: R stays
-            cube = self.relations(cube, models, [u.client for u in uploads])
-        return {"cube": cube, "models": models, "server": server_models(cube, models, self.layers)}
-
-    def relations(self, cube: Tensor, models: TensorDict, sources: list[int]) -> Tensor:
-        """The new cube from the stacked latest models: E_r steps on the sources' slice."""
-        latest = [{k: v[c] for k, v in models.items()} for c in sources]
-        return update_relations(cube, sources, layer_grams(latest, self.layers), self.settings)
+        return {**server_state, "models": models, "server": {}}
 
     def aggregation_flops(self, server_state: ServerState, uploads: list[Upload]) -> int:
+        return 0  # storing the uploads is a copy
+
+    def prepare_downlinks(
+        self, server_state: ServerState, selected: Sequence[int], ctx: RoundContext
+    ) -> ServerState:
+        """Algorithm 5, lines 5-14: update R on the selection's slice, then s_i for each."""
+        models, cube = server_state["models"], server_state["cube"]
+        if selected and not next(iter(models.values())).is_meta:  # cost-only: R stays
+            cube = self.relations(cube, models, list(selected))
+        rows = server_models(cube[list(selected)], models, self.layers)
+        server = {c: {k: v[index] for k, v in rows.items()} for index, c in enumerate(selected)}
+        return {**server_state, "cube": cube, "server": server}
+
+    def relations(self, cube: Tensor, models: TensorDict, selected: list[int]) -> Tensor:
+        """The new cube from the stacked latest models: E_r steps on the selection's slice."""
+        latest = [{k: v[c] for k, v in models.items()} for c in selected]
+        return update_relations(cube, selected, layer_grams(latest, self.layers), self.settings)
+
+    def preparation_flops(self, server_state: ServerState, selected: Sequence[int]) -> int:
         return relation_flops(
-            len(uploads),
+            len(selected),
             self.num_clients,
             self.initial.num_params(),
             len(self.layers),

@@ -13,7 +13,10 @@ client's loss at theta-bar_i and updates HN_i and v_i by the chain rule:
 
     phi_i <- phi_i + eta_hn (d theta-bar_i / d phi_i)^T Delta_i
 
-then stores theta_i and recomputes every client's alpha and aggregate.
+and stores theta_i. Before the next round's downloads (a timed server job)
+it computes the selected clients' alpha and aggregates. An upload that
+arrives after its round's aggregates are gone (a late ``deadline`` carry)
+is stored without a hypernetwork step.
 
 The storage of the N models, the per-client downloads of an aggregate's
 parameters (a client keeps its own buffers) and the personalized model (the
@@ -31,12 +34,15 @@ Choices the paper leaves open, and the values taken:
 
 Server FLOPs (m uploads, N clients, P parameters, F = 2 (e h + h^2 + h L N)
 the multiply-adds of one hypernetwork pass, H its parameters), in closed
-form: m P (Delta) + 2 m N P (the inner products <theta^l_j, Delta^l_i>) +
-3 m F + 10 m H (forward, backward and the Adam update of m hypernetworks) + N F + 2 N^2 P
-(every client's alpha and aggregate).
+form: aggregating m uploads, m P (Delta) + 2 m N P (the inner products
+<theta^l_j, Delta^l_i>) + 3 m F + 10 m H (forward, backward and the Adam
+update of m hypernetworks); preparing m selected clients' downloads, m F +
+2 m N P (their alpha and aggregates).
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
@@ -140,12 +146,11 @@ class PFedLA(KAPC):
         cube = aggregation_weights(nets, layers).detach()
         initial = self.initial.to_payload()
         models = {k: torch.stack([v] * n) for k, v in initial.items()}
-        server = server_models(cube, models, self.layers)
         moments = {f"{p}.{k}": torch.zeros_like(v) for k, v in nets.items() for p in "mv"}
         return {
             "cube": cube,
             "models": models,
-            "server": server,
+            "server": {},
             "hypernetworks": nets,
             "adam": moments,
             "adam_steps": torch.zeros(n, dtype=torch.float64),
@@ -157,14 +162,15 @@ class PFedLA(KAPC):
         models, server, nets = (server_state[k] for k in ("models", "server", "hypernetworks"))
         moments, steps = server_state["adam"], server_state["adam_steps"]
         layers = len(self.layers)
-        if uploads and not next(iter(models.values())).is_meta:
-            rows = torch.tensor([u.client for u in uploads])
-            directions = torch.zeros(len(uploads), layers, self.num_clients, dtype=torch.float64)
+        stepping = [u for u in uploads if u.client in server]  # theta-bar_i still known
+        if stepping and not next(iter(models.values())).is_meta:
+            rows = torch.tensor([u.client for u in stepping])
+            directions = torch.zeros(len(stepping), layers, self.num_clients, dtype=torch.float64)
             for index, layer in enumerate(self.layers):
                 for k in layer.param_names:
-                    delta = torch.stack([u.payload[k] - server[k][u.client] for u in uploads])
+                    delta = torch.stack([u.payload[k] - server[u.client][k] for u in stepping])
                     flat = models[k].reshape(self.num_clients, -1).double()
-                    directions[:, index] += delta.reshape(len(uploads), -1).double() @ flat.T
+                    directions[:, index] += delta.reshape(len(stepping), -1).double() @ flat.T
             stepped, moved, counted = hypernetwork_step(
                 {k: v[rows] for k, v in nets.items()},
                 {k: v[rows] for k, v in moments.items()},
@@ -179,29 +185,42 @@ class PFedLA(KAPC):
         for u in uploads:
             for k, v in u.payload.items():
                 models[k][u.client] = v.to(models[k].device)
-        cube = aggregation_weights(nets, layers).detach()
-        server = server_models(cube, models, self.layers)
         return {
-            "cube": cube,
+            **server_state,
             "models": models,
-            "server": server,
+            "server": {},
             "hypernetworks": nets,
             "adam": moments,
             "adam_steps": steps,
         }
 
-    def aggregation_flops(self, server_state: ServerState, uploads: list[Upload]) -> int:
-        s = self.settings
-        m, n, p, layers = (
-            len(uploads),
-            self.num_clients,
-            self.initial.num_params(),
-            len(self.layers),
-        )
+    def hypernetwork_size(self) -> tuple[int, int]:
+        """(F, H): multiply-adds of one hypernetwork pass, and its parameters."""
+        s, n, layers = self.settings, self.num_clients, len(self.layers)
         e, h = s.embedding_dim, s.hidden_dim
         passes = 2 * (e * h + h * h + h * layers * n)
-        size = e + e * h + h + h * h + h + h * layers * n + layers * n
-        return m * p + 2 * m * n * p + 3 * m * passes + 10 * m * size + n * passes + 2 * n * n * p
+        return passes, e + e * h + h + h * h + h + h * layers * n + layers * n
+
+    def aggregation_flops(self, server_state: ServerState, uploads: list[Upload]) -> int:
+        m, n, p = len(uploads), self.num_clients, self.initial.num_params()
+        passes, size = self.hypernetwork_size()
+        return m * p + 2 * m * n * p + 3 * m * passes + 10 * m * size
+
+    def prepare_downlinks(
+        self, server_state: ServerState, selected: Sequence[int], ctx: RoundContext
+    ) -> ServerState:
+        """alpha of the selected clients' hypernetworks, then their aggregates."""
+        rows = torch.tensor(list(selected), dtype=torch.long)
+        nets = {k: v[rows] for k, v in server_state["hypernetworks"].items()}
+        cube = server_state["cube"].clone()
+        cube[rows] = aggregation_weights(nets, len(self.layers)).detach()
+        mixed = server_models(cube[rows], server_state["models"], self.layers)
+        server = {c: {k: v[index] for k, v in mixed.items()} for index, c in enumerate(selected)}
+        return {**server_state, "cube": cube, "server": server}
+
+    def preparation_flops(self, server_state: ServerState, selected: Sequence[int]) -> int:
+        m, n, p = len(selected), self.num_clients, self.initial.num_params()
+        return m * self.hypernetwork_size()[0] + 2 * m * n * p
 
     # --- client task: plain local training from the personalized aggregate -------------
     def begin_task(

@@ -177,6 +177,16 @@ class Simulation:
         )
         return RoundContext(round_, client, sizes, self.seed)
 
+    def prepare_downlinks(self, round_: int, selected: Sequence[int]) -> Process:
+        """The algorithm's work on the round's selection, timed on the server before the
+        downloads start (phase ``server:prepare``)."""
+        flops = self.algorithm.preparation_flops(self.server_state, selected)
+        self.server_state = self.algorithm.prepare_downlinks(
+            self.server_state, list(selected), self.context(round_, SERVER)
+        )
+        if flops:
+            yield from self._server_compute(round_, "server:prepare", flops)
+
     def payloads(self, selected: Sequence[int], round_: int = 0) -> dict[int, Payload | None]:
         """The downlink payload of each selected client (one shared object if broadcast)."""
         if self.algorithm.broadcast:

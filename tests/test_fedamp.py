@@ -37,16 +37,31 @@ def test_a_client_that_did_not_upload_mixes_the_uploaders_with_itself():
     assert lone[1, 1] == 1.0  # nobody else uploaded: its own model
 
 
-def test_fedamp_server_weights_follow_the_latest_models(tiny):
-    overrides = ["algorithm.name=fedamp", "algorithm.epochs=1", "protocol.rounds=2"]
-    result = mecsim.run(copy.deepcopy(tiny), overrides, write=False)
-    state = result.server_state
-    models = state["models"]
-    xi = attention_weights(flat_gram(models, list(state["server"])), [0, 1, 2, 3], 1.0, 0.5)
-    torch.testing.assert_close(state["cube"][:, 0, :], xi)
-    torch.testing.assert_close(state["cube"][:, 2, :], xi)  # every layer alike
-    aggregate = result.events.query("phase == 'aggregate'")
-    n = 4
-    assert (aggregate["flops"] == 4 * n * n * PARAMS + 6 * n * n).all()
+def test_fedamp_weights_the_selections_latest_models(tiny):
+    from mecsim.algorithms.fedamp import FedAMP
+
+    seen = []
+    original = FedAMP.prepare_downlinks
+
+    def prepare(self, server_state, selected, ctx):
+        models = {k: v.clone() for k, v in server_state["models"].items()}
+        out = original(self, server_state, selected, ctx)
+        seen.append((models, list(selected), out["cube"].clone()))
+        return out
+
+    overrides = ["algorithm.name=fedamp", "algorithm.epochs=1", "protocol.rounds=3"]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(FedAMP, "prepare_downlinks", prepare)
+        result = mecsim.run(copy.deepcopy(tiny), [*overrides, "clients.count=6"], write=False)
+
+    for models, selected, cube in seen[1:]:  # round 0: identical initial models
+        keys = [k for k in models if k.endswith(("weight", "bias"))]
+        xi = attention_weights(flat_gram(models, keys), list(range(6)), 1.0, 0.5)
+        torch.testing.assert_close(cube[:, 0, :], xi)
+        torch.testing.assert_close(cube[:, 2, :], xi)  # every layer alike
+        assert selected == list(range(6))
+    prepare_events = result.events.query("phase == 'server:prepare'")
+    m = n = 6
+    assert (prepare_events["flops"] == 2 * m * m * PARAMS + 6 * m * m + 2 * m * n * PARAMS).all()
     downloads = result.events.query("phase == 'download'")
     assert (downloads["bytes"] == PARAMS * 4).all()

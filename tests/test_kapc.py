@@ -20,6 +20,7 @@ from mecsim.algorithms.kapc import (
 import mecsim
 from mecsim.models import build_model
 from mecsim.models.layers import model_layers
+from mecsim.simulation import Simulation
 
 KAPC_RUN = ["algorithm.name=kapc", "algorithm.epochs=1", "algorithm.lr=0.05", "protocol.rounds=3"]
 PARAMS = 13_706  # cnn-small on digits
@@ -84,22 +85,32 @@ def test_a_slice_update_keeps_rows_normalized_and_leaves_other_entries():
 
 @pytest.fixture(scope="module")
 def kapc_run(tiny_module):
-    cubes = []
-    original = KAPC.aggregate
+    """A KAPC run; the cube after every server job, and each round's downlinks with the
+    cube and models they were built from."""
+    cubes, downlinks = [], []
+    prepare, payloads = KAPC.prepare_downlinks, Simulation.payloads
 
-    def aggregate(self, server_state, uploads, ctx):
-        out = original(self, server_state, uploads, ctx)
+    def record_prepare(self, server_state, selected, ctx):
+        out = prepare(self, server_state, selected, ctx)
         cubes.append(out["cube"].clone())
         return out
 
+    def record_payloads(self, selected, round_=0):
+        out = payloads(self, selected, round_)
+        state = self.server_state
+        models = {k: v.clone() for k, v in state["models"].items()}
+        downlinks.append((out, state["cube"].clone(), models))
+        return out
+
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(KAPC, "aggregate", aggregate)
+        patch.setattr(KAPC, "prepare_downlinks", record_prepare)
+        patch.setattr(Simulation, "payloads", record_payloads)
         result = mecsim.run(copy.deepcopy(tiny_module), KAPC_RUN, write=False)
-    return result, cubes
+    return result, cubes, downlinks
 
 
 def test_rows_of_r_sum_to_one_after_every_server_job(kapc_run):
-    _, cubes = kapc_run
+    _, cubes, _ = kapc_run
     assert len(cubes) == 3
     for cube in cubes:
         torch.testing.assert_close(cube.sum(-1), torch.ones(cube.shape[:2], dtype=cube.dtype))
@@ -107,30 +118,35 @@ def test_rows_of_r_sum_to_one_after_every_server_job(kapc_run):
 
 
 def test_each_client_receives_its_own_layer_wise_mixture(kapc_run):
-    result, _ = kapc_run
-    state = result.server_state
-    cube, models, server = state["cube"], state["models"], state["server"]
+    result, _, downlinks = kapc_run
     layers = model_layers(build_model("cnn-small", input_shape=(1, 8, 8), num_classes=10, seed=0))
-    for index, layer in enumerate(layers):
-        for k in layer.param_names:
-            for i in range(4):
-                mix = sum(cube[i, index, j].float() * models[k][j] for j in range(4))
-                torch.testing.assert_close(server[k][i], mix)
+    for payloads, cube, models in downlinks:
+        for index, layer in enumerate(layers):
+            for k in layer.param_names:
+                for i in range(4):
+                    mix = sum(cube[i, index, j].float() * models[k][j] for j in range(4))
+                    torch.testing.assert_close(payloads[i][k], mix)
+    payloads = downlinks[-1][0]
     first = layers[0].param_names[0]
-    assert not torch.allclose(server[first][0], server[first][1])
+    assert not torch.allclose(payloads[0][first], payloads[1][first])
     downloads = result.events.query("phase == 'download'")
     assert (downloads["bytes"] == PARAMS * 4).all()
 
 
 def test_server_flops_are_the_closed_form(kapc_run):
-    result, _ = kapc_run
-    aggregate = result.events.query("phase == 'aggregate'")
+    result, _, _ = kapc_run
+    events = result.events
+    prepare = events.query("phase == 'server:prepare'")
     m = n = 4
     layers = 4  # conv, conv, linear, linear
     by_hand = 2 * m * m * PARAMS + 1 * layers * (2 * m**3 + 7 * m * m) + 4 * m * m * layers
-    by_hand += 2 * n * n * PARAMS
-    assert (aggregate["flops"] == by_hand).all()
+    by_hand += 2 * m * n * PARAMS
+    assert len(prepare) == 3 and (prepare["flops"] == by_hand).all()
     assert by_hand == relation_flops(m, n, PARAMS, layers, 1)
+    assert (events.query("phase == 'aggregate'")["flops"] == 0).all()  # storing is a copy
+    for _, rows in events.groupby("round"):  # prepared before any download starts
+        starts = rows.query("phase == 'download'")["t_start"]
+        assert (starts >= rows.query("phase == 'server:prepare'")["t_end"].item()).all()
 
 
 def test_without_coaching_kapc_is_local_training(tiny):
@@ -143,19 +159,19 @@ def test_without_coaching_kapc_is_local_training(tiny):
     )
 
 
-def test_partial_participation_updates_only_the_uploaders_block(tiny):
+def test_partial_participation_updates_only_the_selections_block(tiny):
     jobs = []
-    original = KAPC.aggregate
+    original = KAPC.prepare_downlinks
 
-    def aggregate(self, server_state, uploads, ctx):
+    def prepare(self, server_state, selected, ctx):
         before = server_state["cube"].clone()
-        out = original(self, server_state, uploads, ctx)
-        jobs.append((before, out["cube"], [u.client for u in uploads]))
+        out = original(self, server_state, selected, ctx)
+        jobs.append((before, out["cube"], list(selected)))
         return out
 
     overrides = [*KAPC_RUN, "clients.count=6", "protocol.clients_per_round=2"]
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(KAPC, "aggregate", aggregate)
+        patch.setattr(KAPC, "prepare_downlinks", prepare)
         mecsim.run(tiny, overrides, write=False)
 
     for before, after, sources in jobs:

@@ -104,6 +104,8 @@ def _upload(sim: Simulation, round_: int, result: JobResult, arrived: list[Uploa
 
 
 def _start_round(sim: Simulation, round_: int, selected: Sequence[int]):
+    """Prepare the selection's downlinks (timed server work), then start the transfers."""
+    yield from sim.prepare_downlinks(round_, selected)
     payloads = sim.payloads(selected, round_)
     return payloads, sim.downlink_transfers(round_, payloads)
 
@@ -145,7 +147,7 @@ def compute_and_wait(sim: Simulation) -> Process:
         round_start = env.now
         yield from sim.wait_for_online()
         selected = sim.select(round_)
-        payloads, deliveries = _start_round(sim, round_, selected)
+        payloads, deliveries = yield from _start_round(sim, round_, selected)
         results = sim.execute(round_, payloads)
         arrived: list[Upload] = []
         yield env.all_of(
@@ -287,7 +289,7 @@ def wait_free(sim: Simulation) -> Process:
         yield from sim.wait_for_online()
         selected = sim.select(round_)
         receivers = list(everyone) if p.broadcast_unselected else selected
-        payloads, deliveries = _start_round(sim, round_, receivers)
+        payloads, deliveries = yield from _start_round(sim, round_, receivers)
         if windows is not None:  # a window closes when the client's next model has arrived
             _close_windows(sim, windows, _arrivals(deliveries, receivers, round_start))
         if pending is not None:  # no simulated time has passed since that round's aggregation
@@ -375,7 +377,7 @@ def deadline(sim: Simulation) -> Process:
         round_start = env.now
         idle = [c for c in range(len(sim.clients)) if c not in busy]
         selected = sim.select(round_, idle) if idle else []
-        payloads, deliveries = _start_round(sim, round_, selected)
+        payloads, deliveries = yield from _start_round(sim, round_, selected)
         results = sim.execute(round_, payloads)
         arrived: list[Upload] = []
         procs = [
