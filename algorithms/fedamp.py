@@ -90,14 +90,15 @@ class FedAMP(KAPC):
         """The same weights for every layer: xi as a cube [N, L, N]."""
         return xi.unsqueeze(1).expand(-1, len(self.layers), -1).contiguous()
 
-    def relations(self, cube: Tensor, models: TensorDict, selected: list[int]) -> Tensor:
+    def relations(self, server_state: ServerState, selected: list[int]) -> Tensor:
         """Rows of the selection: attention over the selection's cosines, every layer alike."""
         s, rows = self.settings, torch.tensor(selected)
-        gram = flat_gram({k: v[rows] for k, v in models.items()}, list(self.initial.params))
+        models = {k: v[rows] for k, v in server_state["models"].items()}
+        gram = flat_gram(models, list(self.initial.params))
         xi = attention_weights(gram, list(range(len(selected))), s.sigma, s.self_weight)
         full = torch.zeros(len(selected), self.num_clients, dtype=torch.float64)
         full[:, rows] = xi
-        cube = cube.clone()
+        cube = server_state["cube"].clone()
         cube[rows] = self.layer_weights(full)
         return cube
 

@@ -1,7 +1,8 @@
 """KAPC (paper 004, Sec. 4, Algorithms 1, 2 and 5): knowledge-aware parameter coaching.
 
 The server keeps every client's latest model W = {w_1 .. w_N} and a
-relationship cube R (N x L x N): r^l_ij says how much client i's layer l
+relationship cube R (N x L x N; the storage, the per-client downloads and the
+round flow are :mod:`mecsim.algorithms.layerwise`'s): r^l_ij says how much client i's layer l
 draws on client j's. Each client i gets its own server model, layer by layer
 
     s^l_i = sum_j r^l_ij w^l_j                                    (eq. 15)
@@ -53,15 +54,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
-from mecsim.algorithms.base import (
-    Algorithm,
-    AlgorithmSettings,
-    ClientState,
-    RoundContext,
-    ServerState,
-    Task,
-    Upload,
-)
+from mecsim.algorithms.base import AlgorithmSettings, ClientState, RoundContext, ServerState, Task
+from mecsim.algorithms.layerwise import LayerwiseMixing
 from mecsim.algorithms.losses import cross_entropy_loss, proximal
 from mecsim.algorithms.registry import ALGORITHMS
 from pydantic import Field
@@ -153,95 +147,32 @@ def relation_flops(m: int, n: int, params: int, layers: int, steps: int) -> int:
     grams = 2 * m * m * params
     step = layers * (2 * m**3 + 7 * m * m)
     write_back = 4 * m * m * layers
-    server_models = 2 * m * n * params
-    return grams + steps * step + write_back + server_models
-
-
-def server_models(cube: Tensor, models: TensorDict, layers: tuple[Layer, ...]) -> TensorDict:
-    """Eq. (15) for each row i of ``cube``: s^l_i = sum_j r^l_ij w^l_j, stacked per parameter."""
-    out: TensorDict = {}
-    for index, layer in enumerate(layers):
-        weights = cube[:, index, :]
-        for k in layer.param_names:
-            stacked = models[k]
-            mix = weights.to(stacked.device, stacked.dtype)
-            out[k] = torch.tensordot(mix, stacked, dims=([1], [0]))
-    return out
+    mixtures = 2 * m * n * params
+    return grams + steps * step + write_back + mixtures
 
 
 # --- the algorithm -------------------------------------------------------------------
 
 
 @ALGORITHMS.register("kapc", "KAPC: per-client server models from a layer-wise relationship cube")
-class KAPC(Algorithm):
+class KAPC(LayerwiseMixing):
     """Each client is coached toward its own layer-wise mixture of all clients' models."""
 
     Settings = KAPCSettings
-    broadcast = False
-    protocols = frozenset({"compute_and_wait", "deadline", "wait_free"})
-    tasks = (Task("local", model="local", uploads=True),)
-
-    @property
-    def num_clients(self) -> int:
-        return len(self.models.client_arch)
-
-    @property
-    def layers(self) -> tuple[Layer, ...]:
-        return self.arch(None).layers
 
     def init_server_state(self) -> ServerState:
         n, layers = self.num_clients, len(self.layers)
         seed = int(numpy_rng(self.seed, "algorithm", "cube").integers(2**62))
         generator = torch.Generator().manual_seed(seed)
         cube = normalize_rows(torch.rand(n, layers, n, generator=generator, dtype=torch.float64))
-        initial = self.initial.to_payload()
-        models = {k: torch.stack([v] * n) for k, v in initial.items()}
-        return {"cube": cube, "models": models, "server": {}}
+        return self.initial_server_state(cube)
 
-    def init_client_state(self, client: int) -> ClientState:
-        return {"local": self.initial.clone()}
-
-    # --- communication ---------------------------------------------------------------
-    def downlink_keys(self, server_state: ServerState, client: int) -> list[str]:
-        """The parameters of s_i the server sends client i (every layer's)."""
-        return [k for layer in self.layers for k in layer.param_names]
-
-    def downlink(self, server_state: ServerState, ctx: RoundContext) -> Payload:
-        assert ctx.client is not None
-        server = server_state["server"][ctx.client]
-        return {k: server[k] for k in self.downlink_keys(server_state, ctx.client)}
-
-    def upload(self, state: ClientState, ctx: RoundContext) -> Payload:
-        return state["local"].to_payload()
-
-    def aggregate(
-        self, server_state: ServerState, uploads: list[Upload], ctx: RoundContext
-    ) -> ServerState:
-        """Store the uploads; a layer a client did not send keeps its stale value (eq. 33)."""
+    def relations(self, server_state: ServerState, selected: list[int]) -> Tensor:
+        """Algorithm 5, lines 6-12: E_r steps on the selection's slice of R, written back."""
         models = server_state["models"]
-        for u in uploads:
-            for k, v in u.payload.items():
-                models[k][u.client] = v.to(models[k].device)
-        return {**server_state, "models": models, "server": {}}
-
-    def aggregation_flops(self, server_state: ServerState, uploads: list[Upload]) -> int:
-        return 0  # storing the uploads is a copy
-
-    def prepare_downlinks(
-        self, server_state: ServerState, selected: Sequence[int], ctx: RoundContext
-    ) -> ServerState:
-        """Algorithm 5, lines 5-14: update R on the selection's slice, then s_i for each."""
-        models, cube = server_state["models"], server_state["cube"]
-        if selected and not next(iter(models.values())).is_meta:  # cost-only: R stays
-            cube = self.relations(cube, models, list(selected))
-        rows = server_models(cube[list(selected)], models, self.layers)
-        server = {c: {k: v[index] for k, v in rows.items()} for index, c in enumerate(selected)}
-        return {**server_state, "cube": cube, "server": server}
-
-    def relations(self, cube: Tensor, models: TensorDict, selected: list[int]) -> Tensor:
-        """The new cube from the stacked latest models: E_r steps on the selection's slice."""
         latest = [{k: v[c] for k, v in models.items()} for c in selected]
-        return update_relations(cube, selected, layer_grams(latest, self.layers), self.settings)
+        grams = layer_grams(latest, self.layers)
+        return update_relations(server_state["cube"], selected, grams, self.settings)
 
     def preparation_flops(self, server_state: ServerState, selected: Sequence[int]) -> int:
         return relation_flops(
@@ -274,7 +205,3 @@ class KAPC(Algorithm):
     def extra_flops(self, task: Task, start: ModelState, steps: int) -> int:
         # per parameter: subtract, square, accumulate; and the gradient 2 lambda (w - s)
         return 5 * start.num_params() * steps
-
-    # --- evaluation ------------------------------------------------------------------
-    def personal_model(self, client_state: ClientState, server_state: ServerState) -> ModelState:
-        return client_state["local"]

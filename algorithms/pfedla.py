@@ -20,8 +20,9 @@ is stored without a hypernetwork step.
 
 The storage of the N models, the per-client downloads of an aggregate's
 parameters (a client keeps its own buffers) and the personalized model (the
-client's trained model) are KAPC's (:class:`~mecsim.algorithms.kapc.KAPC`):
-the layer-wise weight cube is alpha instead of a learned relationship cube.
+client's trained model) are :mod:`mecsim.algorithms.layerwise`'s, as for
+KAPC: the layer-wise weight cube is alpha instead of a learned relationship
+cube.
 
 Choices the paper leaves open, and the values taken:
 
@@ -54,14 +55,13 @@ from mecsim.algorithms.base import (
     Task,
     Upload,
 )
-from mecsim.algorithms.kapc import KAPC, server_models
+from mecsim.algorithms.layerwise import LayerwiseMixing
 from mecsim.algorithms.registry import ALGORITHMS
 from pydantic import Field
 from torch import Tensor
 
 from mecsim.rng import numpy_rng
 from mecsim.state import ModelState, Payload, TensorDict
-from mecsim.training import Loss
 
 
 class PFedLASettings(AlgorithmSettings):
@@ -133,7 +133,7 @@ def hypernetwork_step(
 
 
 @ALGORITHMS.register("pfedla", "pFedLA: per-client layer-wise aggregation from hypernetworks")
-class PFedLA(KAPC):
+class PFedLA(LayerwiseMixing):
     """Clients train their layer-wise personalized aggregate; hypernetworks learn the weights."""
 
     Settings = PFedLASettings
@@ -143,14 +143,9 @@ class PFedLA(KAPC):
         s, n, layers = self.settings, self.num_clients, len(self.layers)
         seed = int(numpy_rng(self.seed, "algorithm", "hypernetworks").integers(2**62))
         nets = init_hypernetworks(n, layers, s, seed)
-        cube = aggregation_weights(nets, layers).detach()
-        initial = self.initial.to_payload()
-        models = {k: torch.stack([v] * n) for k, v in initial.items()}
         moments = {f"{p}.{k}": torch.zeros_like(v) for k, v in nets.items() for p in "mv"}
         return {
-            "cube": cube,
-            "models": models,
-            "server": {},
+            **self.initial_server_state(aggregation_weights(nets, layers).detach()),
             "hypernetworks": nets,
             "adam": moments,
             "adam_steps": torch.zeros(n, dtype=torch.float64),
@@ -182,17 +177,8 @@ class PFedLA(KAPC):
             nets = {k: v.clone().index_put_((rows,), stepped[k]) for k, v in nets.items()}
             moments = {k: v.clone().index_put_((rows,), moved[k]) for k, v in moments.items()}
             steps = steps.clone().index_put_((rows,), counted)
-        for u in uploads:
-            for k, v in u.payload.items():
-                models[k][u.client] = v.to(models[k].device)
-        return {
-            **server_state,
-            "models": models,
-            "server": {},
-            "hypernetworks": nets,
-            "adam": moments,
-            "adam_steps": steps,
-        }
+        state = {**server_state, "hypernetworks": nets, "adam": moments, "adam_steps": steps}
+        return super().aggregate(state, uploads, ctx)
 
     def hypernetwork_size(self) -> tuple[int, int]:
         """(F, H): multiply-adds of one hypernetwork pass, and its parameters."""
@@ -206,17 +192,13 @@ class PFedLA(KAPC):
         passes, size = self.hypernetwork_size()
         return m * p + 2 * m * n * p + 3 * m * passes + 10 * m * size
 
-    def prepare_downlinks(
-        self, server_state: ServerState, selected: Sequence[int], ctx: RoundContext
-    ) -> ServerState:
-        """alpha of the selected clients' hypernetworks, then their aggregates."""
-        rows = torch.tensor(list(selected), dtype=torch.long)
+    def relations(self, server_state: ServerState, selected: list[int]) -> Tensor:
+        """alpha of the selected clients' hypernetworks."""
+        rows = torch.tensor(selected, dtype=torch.long)
         nets = {k: v[rows] for k, v in server_state["hypernetworks"].items()}
         cube = server_state["cube"].clone()
         cube[rows] = aggregation_weights(nets, len(self.layers)).detach()
-        mixed = server_models(cube[rows], server_state["models"], self.layers)
-        server = {c: {k: v[index] for k, v in mixed.items()} for index, c in enumerate(selected)}
-        return {**server_state, "cube": cube, "server": server}
+        return cube
 
     def preparation_flops(self, server_state: ServerState, selected: Sequence[int]) -> int:
         m, n, p = len(selected), self.num_clients, self.initial.num_params()
@@ -227,16 +209,3 @@ class PFedLA(KAPC):
         self, task: Task, state: ClientState, payload: Payload | None, ctx: RoundContext
     ) -> ModelState:
         return state["local"].merge(payload or {})
-
-    def task_constants(
-        self, task: Task, state: ClientState, payload: Payload | None, ctx: RoundContext
-    ) -> TensorDict:
-        return {}
-
-    def loss(self, task: Task) -> Loss:
-        from mecsim.algorithms.losses import cross_entropy_loss
-
-        return cross_entropy_loss(task.split)
-
-    def extra_flops(self, task: Task, start: ModelState, steps: int) -> int:
-        return 0
