@@ -202,6 +202,10 @@ def _report(args: argparse.Namespace) -> int:
         with tempfile.TemporaryDirectory() as tmp:
             markdown = report(args.runs, Path(tmp) / "report")
     else:
+        from mecsim.errors import ConfigError
+
+        if Path(args.out).exists():
+            raise ConfigError("--out", f"{args.out} already exists; choose another directory")
         markdown = report(args.runs, args.out)
     sys.stdout.write(markdown)
     return 0

@@ -147,3 +147,14 @@ def test_report_writes_kapcs_tables_across_runs(tiny, tmp_path, capsys):
     pct = time[[c for c in time.columns if c.endswith("_pct")]].sum(axis=1)
     np.testing.assert_allclose(pct, 100)
     assert (tmp_path / "report" / "layers.png").stat().st_size > 0
+
+
+def test_report_refuses_bad_input_with_one_line(tmp_path, capsys):
+    from mecsim.cli import main
+
+    assert main(["report", str(tmp_path / "missing")]) == 2
+    assert "is not a mecsim run directory" in capsys.readouterr().err
+    taken = tmp_path / "taken"
+    taken.mkdir()
+    assert main(["report", str(tmp_path), "--out", str(taken)]) == 2
+    assert "--out" in capsys.readouterr().err
