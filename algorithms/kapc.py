@@ -1,9 +1,10 @@
 """KAPC (paper 004, Sec. 4, Algorithms 1, 2 and 5): knowledge-aware parameter coaching.
 
 The server keeps every client's latest model W = {w_1 .. w_N} and a
-relationship cube R (N x L x N; the storage, the per-client downloads and the
-round flow are :mod:`mecsim.algorithms.layerwise`'s): r^l_ij says how much client i's layer l
-draws on client j's. Each client i gets its own server model, layer by layer
+relationship cube R (N x L x N): r^l_ij says how much client i's layer l
+draws on client j's. (Storage, per-client downloads and the round flow are
+:mod:`mecsim.algorithms.layerwise`'s.) Each client i gets its own server
+model, layer by layer
 
     s^l_i = sum_j r^l_ij w^l_j                                    (eq. 15)
 
