@@ -37,7 +37,10 @@ def _registry(kind: str):
 
 
 def _parser() -> argparse.ArgumentParser:
+    import mecsim
+
     parser = argparse.ArgumentParser(prog="mecsim", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"mecsim {mecsim.__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
 
     run = commands.add_parser("run", help="run a scenario and write a run directory")
@@ -95,6 +98,12 @@ def _parser() -> argparse.ArgumentParser:
     rep.add_argument("runs", nargs="+", help="run directories")
     rep.add_argument("--out", default=None, help="directory for the tables (default: print only)")
 
+    describe = commands.add_parser(
+        "describe", help="every key of an algorithm, protocol or section: type, default, range"
+    )
+    describe.add_argument("kind", choices=["algorithm", "protocol", "section"])
+    describe.add_argument("name", help="e.g. ditto, wait_free, network")
+
     listing = commands.add_parser("list", help="list registered names")
     listing.add_argument("kind", choices=LISTABLE)
     return parser
@@ -146,6 +155,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _main(args: argparse.Namespace) -> int:
     log = logging.getLogger("mecsim")
     try:
+        if args.command == "describe":
+            from mecsim.describe import render
+
+            sys.stdout.write(render(args.kind, args.name))
+            return 0
         if args.command == "list":
             for name, description in _registry(args.kind).describe().items():
                 sys.stdout.write(f"{name:<20} {description}\n")

@@ -12,14 +12,16 @@ returns every problem with its dotted path.
 from __future__ import annotations
 
 import copy
+import difflib
 import logging
 import platform
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 import tomllib
-from pydantic import Field, SerializeAsAny, ValidationError, model_validator
+from pydantic import BaseModel, Field, SerializeAsAny, ValidationError, model_validator
 
 from mecsim.algorithms import ALGORITHMS
 from mecsim.algorithms.base import AlgorithmSettings
@@ -314,7 +316,30 @@ class ScenarioError(MecsimError):
         super().__init__(f"invalid scenario ({len(problems)} problem(s)):\n{lines}")
 
 
-def _problems_from(error: ValidationError, prefix: str = "") -> list[Problem]:
+def known_keys(model: type[BaseModel], parents: Sequence[str]) -> list[str]:
+    """The keys of the table at ``parents`` inside ``model`` (empty if not a table)."""
+    for part in parents:
+        field = model.model_fields.get(part)
+        annotation = field.annotation if field is not None else None
+        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+            return []
+        model = annotation
+    return list(model.model_fields)
+
+
+def unknown_key_message(key: str, known: Sequence[str]) -> str:
+    """'unknown key' with the closest known key, or the known keys when none is close."""
+    close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+    if close:
+        return f"unknown key; did you mean {close[0]!r}?"
+    if known:
+        return f"unknown key; known keys here: {', '.join(known)}"
+    return "unknown key; remove it or check its spelling"
+
+
+def _problems_from(
+    error: ValidationError, prefix: str = "", model: type[BaseModel] | None = None
+) -> list[Problem]:
     problems = []
     for item in error.errors():
         # Drop pydantic's union-branch tags (e.g. 'float', 'uniform') from the path.
@@ -322,7 +347,8 @@ def _problems_from(error: ValidationError, prefix: str = "") -> list[Problem]:
         path = ".".join(([prefix] if prefix else []) + loc) or "(top level)"
         message = item["msg"].removeprefix("Value error, ")
         if item["type"] == "extra_forbidden":
-            message = "unknown key; remove it or check its spelling"
+            known = known_keys(model, loc[:-1]) if model is not None and loc else []
+            message = unknown_key_message(loc[-1] if loc else "", known)
         elif item["type"] == "literal_error":
             message = f"{message} (got {item['input']!r})"
         problems.append(Problem(path, message))
@@ -516,7 +542,25 @@ def _validate_section(
     try:
         return settings_class.model_validate({**data, key: name}), []
     except ValidationError as error:
-        return None, _problems_from(error, section)
+        return None, _problems_from(error, section, settings_class)
+
+
+def _foreign_algorithm_keys(data: dict[str, Any], name: str) -> dict[str, Problem]:
+    """Keys under ``[algorithm]`` that belong to other algorithms, named as such."""
+    own = ALGORITHMS.get(name).Settings.model_fields
+    problems = {}
+    for key in data:
+        if key in own:
+            continue
+        owners = [n for n in ALGORITHMS.names() if key in ALGORITHMS.get(n).Settings.model_fields]
+        if owners:
+            listed = " / ".join(map(repr, owners[:4])) + (" / ..." if len(owners) > 4 else "")
+            problems[f"algorithm.{key}"] = Problem(
+                f"algorithm.{key}",
+                f"is a setting of algorithm {listed}, not {name!r}; remove it or change "
+                "algorithm.name (`mecsim describe algorithm NAME` lists its keys)",
+            )
+    return problems
 
 
 def _foreign_protocol_keys(data: dict[str, Any], kind: str) -> list[Problem]:
@@ -554,7 +598,7 @@ def validate_scenario(data: dict[str, Any]) -> tuple[Scenario | None, list[Probl
     try:
         scenario = Scenario.model_validate(data)
     except ValidationError as error:
-        problems += _problems_from(error)
+        problems += _problems_from(error, model=Scenario)
     algorithm = protocol = None
     name = tables["algorithm"].get("name", AlgorithmSettings().name)
     if name not in ALGORITHMS:
@@ -563,10 +607,12 @@ def validate_scenario(data: dict[str, Any]) -> tuple[Scenario | None, list[Probl
             Problem("algorithm.name", f"unknown algorithm {name!r}; allowed: {allowed}")
         )
     else:
-        algorithm, found = _validate_section(
-            tables["algorithm"], "algorithm", name, ALGORITHMS.get(name).Settings
-        )
-        problems += found
+        foreign = _foreign_algorithm_keys(tables["algorithm"], name)
+        own = {k: v for k, v in tables["algorithm"].items() if f"algorithm.{k}" not in foreign}
+        algorithm, found = _validate_section(own, "algorithm", name, ALGORITHMS.get(name).Settings)
+        problems += list(foreign.values()) + found
+        if foreign:
+            algorithm = None
     kind = tables["protocol"].get("kind", ProtocolSettings().kind)
     if kind not in PROTOCOLS:
         allowed = ", ".join(PROTOCOLS.names())

@@ -1,0 +1,117 @@
+"""``mecsim describe``: every setting of an algorithm, a protocol or a scenario section.
+
+Read from the pydantic models themselves (type, default, allowed range,
+description), so the listing is never out of date.
+"""
+
+from __future__ import annotations
+
+import types
+import typing
+from typing import Any
+
+from pydantic import BaseModel
+from pydantic.fields import FieldInfo
+
+from mecsim.errors import ConfigError
+
+SECTIONS = ("data", "model", "network", "clients", "server", "execution", "output", "compare")
+KINDS = ("algorithm", "protocol", "section")
+
+
+def _type_name(annotation: Any) -> str:
+    if annotation is type(None):
+        return "None"
+    if isinstance(annotation, type):
+        return annotation.__name__
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        return " | ".join(_type_name(a) for a in typing.get_args(annotation))
+    if origin is typing.Literal:
+        return " | ".join(repr(a) for a in typing.get_args(annotation))
+    return str(annotation).replace("typing.", "")
+
+
+def _range(field: FieldInfo) -> str:
+    bounds = []
+    for item in field.metadata:
+        for attr, sign in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<")):
+            value = getattr(item, attr, None)
+            if value is not None:
+                bounds.append(
+                    f"{sign} {value:g}" if isinstance(value, float) else f"{sign} {value}"
+                )
+    return ", ".join(bounds)
+
+
+def _default(field: FieldInfo) -> str:
+    if field.is_required():
+        return "(required)"
+    value = field.get_default(call_default_factory=True)
+    if isinstance(value, BaseModel):
+        return "(table)"
+    return repr(value)
+
+
+def settings_rows(model: type[BaseModel], skip: tuple[str, ...] = ()) -> list[dict[str, str]]:
+    """One row per key (but ``skip``): name, type, default, range, description."""
+    return [
+        {
+            "key": name,
+            "type": _type_name(field.annotation),
+            "default": _default(field),
+            "range": _range(field),
+            "description": field.description or "",
+        }
+        for name, field in model.model_fields.items()
+        if name not in skip
+    ]
+
+
+def settings_of(kind: str, name: str) -> tuple[type[BaseModel], str]:
+    """The settings model of ``kind`` ``name`` and its one-line description."""
+    if kind == "algorithm":
+        from mecsim.algorithms import ALGORITHMS
+
+        if name not in ALGORITHMS:
+            raise ConfigError("algorithm", _unknown(name, ALGORITHMS.names()))
+        return ALGORITHMS.get(name).Settings, ALGORITHMS.describe()[name]
+    if kind == "protocol":
+        from mecsim.protocols import PROTOCOLS
+        from mecsim.protocols.registry import protocol_settings
+
+        if name not in PROTOCOLS:
+            raise ConfigError("protocol", _unknown(name, PROTOCOLS.names()))
+        return protocol_settings(name), PROTOCOLS.describe()[name]
+    from mecsim.scenario import Scenario
+
+    if name not in SECTIONS:
+        raise ConfigError("section", _unknown(name, list(SECTIONS)))
+    model = Scenario.model_fields[name].annotation
+    assert isinstance(model, type) and issubclass(model, BaseModel)
+    return model, (model.__doc__ or "").strip().splitlines()[0]
+
+
+def _unknown(name: str, allowed: list[str]) -> str:
+    return f"unknown name {name!r}; allowed: {', '.join(allowed)}"
+
+
+def render(kind: str, name: str) -> str:
+    """The settings of ``kind`` ``name`` as an aligned text table."""
+    model, description = settings_of(kind, name)
+    table = name if kind == "section" else kind
+    rows = settings_rows(model, skip=("name", "kind") if kind != "section" else ())
+    header = {"key": "key", "type": "type", "default": "default", "range": "range"}
+    widths = {c: max(len(header[c]), *(len(r[c]) for r in rows)) for c in header}
+    lines = [
+        f"{kind} {name}: {description}",
+        f"keys under [{table}] (--set {table}.KEY=VALUE):",
+        "",
+    ]
+    columns = list(header)
+    lines.append("  ".join(header[c].ljust(widths[c]) for c in columns) + "  description")
+    for row in rows:
+        lines.append(
+            "  ".join(row[c].ljust(widths[c]) for c in columns) + "  " + row["description"]
+        )
+    return "\n".join(line.rstrip() for line in lines) + "\n"

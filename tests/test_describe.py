@@ -1,0 +1,53 @@
+"""Self-documenting settings: did-you-mean for unknown keys, `mecsim describe`, --version."""
+
+from __future__ import annotations
+
+import pytest
+
+import mecsim
+from mecsim.cli import main
+from mecsim.scenario import ScenarioError, load_scenario
+
+
+@pytest.mark.parametrize(
+    ("override", "expected"),
+    [
+        ("algorithm.lambda=0.1", "algorithm.lambda: unknown key; did you mean 'lam'?"),
+        (
+            "clients.bandwith_mhz=3",
+            "clients.bandwith_mhz: unknown key; did you mean 'bandwidth_mhz'?",
+        ),
+        ("algorithm.mu=0.1", "algorithm.mu: is a setting of algorithm 'fedprox'"),
+        ("algorithm.zzz=1", "algorithm.zzz: unknown key; known keys here: name, epochs"),
+    ],
+)
+def test_unknown_keys_get_a_suggestion(tiny, override, expected):
+    with pytest.raises(ScenarioError) as error:
+        load_scenario(tiny, ["algorithm.name=ditto", override])
+    assert expected in str(error.value)
+
+
+def test_describe_lists_every_key_with_type_default_and_range(capsys):
+    assert main(["describe", "algorithm", "ditto"]) == 0
+    out = capsys.readouterr().out
+    lam = next(line for line in out.splitlines() if line.startswith("lam "))
+    assert lam.split()[:4] == ["lam", "float", "0.1", ">="]
+    assert "pull of the personal model" in lam
+    assert "--set algorithm.KEY=VALUE" in out
+
+    assert main(["describe", "protocol", "fedbuff"]) == 0
+    assert "buffer_size" in capsys.readouterr().out
+    assert main(["describe", "section", "network"]) == 0
+    assert "preset" in capsys.readouterr().out
+
+
+def test_describe_refuses_an_unknown_name(capsys):
+    assert main(["describe", "algorithm", "dito"]) == 2
+    assert "unknown name 'dito'; allowed: comet, ditto" in capsys.readouterr().err
+
+
+def test_version(capsys):
+    with pytest.raises(SystemExit) as done:
+        main(["--version"])
+    assert done.value.code == 0
+    assert capsys.readouterr().out.strip() == f"mecsim {mecsim.__version__}"
