@@ -3,8 +3,9 @@
 Time to target (Chen et al. 2023, Table 4): the simulated time at which an
 accuracy first reaches the target; for personalized accuracy the time is
 ``t_personal`` (when the evaluated personal models were complete), for
-generic accuracy ``t_end``. A run's speedup at a target is the time of the
-compute-and-wait run with the same algorithm divided by the run's own time.
+generic accuracy ``t_end``. A run's speedup at a target is its baseline's
+time divided by its own: by default the compute-and-wait run whose other
+settings (algorithm, seed, swept keys) all equal the run's.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ import tomllib
 
 from mecsim.errors import MecsimError
 
-BASELINE = "compute_and_wait"
+DEFAULT_BASELINE = "protocol.kind=compute_and_wait"
+"""The run a speedup is measured against: this setting, every other one equal."""
 
 
 @dataclass
@@ -119,8 +121,40 @@ def idle_time_per_client(events: pd.DataFrame) -> float:
     return float(np.mean(idle))
 
 
-def compare_runs(runs: list[RunRecord], targets: list[float]) -> pd.DataFrame:
-    """One row per run: time to each target (personalized and generic), speedups, costs."""
+def match_baselines(runs: list[RunRecord], baseline: str = DEFAULT_BASELINE) -> list[int | None]:
+    """For each run, the index of its baseline run (None: none).
+
+    ``baseline`` is ``KEY=VALUE`` (default ``protocol.kind=compute_and_wait``):
+    a run's baseline is the first run with that value whose settings equal
+    the run's on every other key, except the keys of KEY's table (a
+    wait-free run's own protocol keys) and provenance/output keys. So a
+    seed-2 run is compared with the seed-2 baseline, a 5 MHz run with the
+    5 MHz one.
+    """
+    key, _, value = baseline.partition("=")
+    table = key.split(".")[0] + "."
+
+    def signature(run: RunRecord) -> tuple:
+        return tuple(
+            sorted(
+                (k, repr(v))
+                for k, v in run.settings.items()
+                if k != "name" and not k.startswith((*IGNORED, table))
+            )
+        )
+
+    found: dict[tuple, int] = {}
+    for index, run in enumerate(runs):
+        if str(run.settings.get(key)) == value:
+            found.setdefault(signature(run), index)
+    return [found.get(signature(run)) for run in runs]
+
+
+def compare_runs(
+    runs: list[RunRecord], targets: list[float], baseline: str = DEFAULT_BASELINE
+) -> pd.DataFrame:
+    """One row per run: time to each target (personalized and generic), speedups over the
+    run's baseline (:func:`match_baselines`), costs."""
     rows = []
     for run in runs:
         row = {"run": run.label, "algorithm": run.algorithm, "protocol": run.protocol}
@@ -139,10 +173,12 @@ def compare_runs(runs: list[RunRecord], targets: list[float]) -> pd.DataFrame:
         row.update(communication(run))
         rows.append(row)
     table = pd.DataFrame(rows)
+    matched = match_baselines(runs, baseline)
+    table["baseline"] = [runs[i].label if i is not None else "" for i in matched]
     for target in targets:
         column = f"pm_time_{target:g}"
-        baseline = table[table["protocol"] == BASELINE].groupby("algorithm")[column].first()
-        table[f"pm_speedup_{target:g}"] = table["algorithm"].map(baseline) / table[column]
+        base = [table[column].iloc[i] if i is not None else math.nan for i in matched]
+        table[f"pm_speedup_{target:g}"] = pd.Series(base, dtype=float) / table[column]
     return table
 
 
@@ -179,8 +215,8 @@ def render_markdown(table: pd.DataFrame, targets: list[float]) -> str:
         "# mecsim comparison",
         "",
         "Simulated seconds until the personalized-model accuracy (weighted local test) first reaches",
-        "each target, and the speedup over compute-and-wait with the same algorithm",
-        "(Chen et al. 2023, Table 4). `-`: target not reached.",
+        "each target, and the speedup over the run's baseline (by default the compute-and-wait run",
+        "with every other setting equal; Chen et al. 2023, Table 4). `-`: target not reached.",
         "",
     ]
     header = ["run"] + [f"PM {t:.0%} (s)" for t in targets] + [f"speedup {t:.0%}" for t in targets]

@@ -91,6 +91,13 @@ def _parser() -> argparse.ArgumentParser:
         "--out", required=True, help="directory for the comparison (runs go in OUT/runs)"
     )
     cmp.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    cmp.add_argument(
+        "--baseline",
+        default="protocol.kind=compute_and_wait",
+        metavar="KEY=VALUE",
+        help="speedups are over the run with this setting and every other one equal "
+        "(default: protocol.kind=compute_and_wait)",
+    )
 
     rep = commands.add_parser(
         "report", help="cost tables across runs: time split, bytes, FLOPs, memory, layers"
@@ -266,7 +273,13 @@ def _compare(args: argparse.Namespace) -> int:
             ) from None
         if not all(0 <= t <= 1 for t in targets):
             raise ConfigError("--targets", "accuracy targets lie in [0, 1]")
-    table = compare(runs, targets or [0.4, 0.8], Path(args.out) / "comparison")
+    if "=" not in args.baseline:
+        raise ConfigError(
+            "--baseline", f"{args.baseline!r}: give KEY=VALUE, e.g. protocol.kind=compute_and_wait"
+        )
+    table = compare(
+        runs, targets or [0.4, 0.8], Path(args.out) / "comparison", baseline=args.baseline
+    )
     columns = ["run"] + [c for c in table.columns if c.startswith(("pm_time", "pm_speedup"))]
     sys.stdout.write(
         table[columns].to_string(index=False, float_format=lambda v: f"{v:.2f}") + "\n"

@@ -18,7 +18,13 @@ from typing import Any
 
 import pandas as pd
 
-from mecsim.analysis.compare import compare_runs, distinguish, load_run, render_markdown
+from mecsim.analysis.compare import (
+    DEFAULT_BASELINE,
+    compare_runs,
+    distinguish,
+    load_run,
+    render_markdown,
+)
 from mecsim.analysis.timeline import plot_curves, plot_gantt
 from mecsim.output import atomic_directory, write_file
 from mecsim.scenario import Scenario, apply_overrides, load_scenario, read_scenario_file
@@ -126,11 +132,13 @@ def compare(
     targets: Sequence[float],
     out: str | Path,
     overwrite: bool = False,
+    baseline: str = DEFAULT_BASELINE,
 ) -> pd.DataFrame:
-    """Compare finished runs and write the comparison files into ``out``."""
+    """Compare finished runs and write the comparison files into ``out``; speedups are over
+    each run's ``baseline`` (``KEY=VALUE``, every other setting equal)."""
     records = [load_run(d) for d in run_dirs]
     distinguish(records)
-    table = compare_runs(records, list(targets))
+    table = compare_runs(records, list(targets), baseline)
     with atomic_directory(Path(out), overwrite=overwrite) as tmp:
         write_file(tmp / "compare.csv", lambda p: table.to_csv(p, index=False))
         write_file(

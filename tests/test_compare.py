@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 
 import pytest
-from mecsim.analysis.compare import compare_runs, load_run, render_markdown
+from mecsim.analysis.compare import compare_runs, distinguish, load_run, render_markdown
 
 import mecsim
 from mecsim.comparison import compare
@@ -59,3 +59,29 @@ def test_labels_stay_short_when_they_already_differ(two_bandwidths):
     records = [load_run(two_bandwidths[0])]
     table = compare_runs(records, [0.5])
     assert table["run"].tolist() == ["comet / compute_and_wait"]
+
+
+def test_speedups_are_over_the_baseline_with_every_other_setting_equal(tiny_module, tmp_path):
+    """Under a seed sweep, seed 2's wait-free run is compared with seed 2's compute-and-wait."""
+    dirs = []
+    for seed in (0, 2):
+        for kind in ("compute_and_wait", "wait_free"):
+            out = tmp_path / f"{kind}-{seed}"
+            overrides = [
+                f"seed={seed}",
+                f"protocol.kind={kind}",
+                "algorithm.name=ditto",
+                "protocol.rounds=2",
+            ]
+            mecsim.run(copy.deepcopy(tiny_module), overrides, out=out)
+            dirs.append(out)
+    records = [load_run(d) for d in dirs]
+    distinguish(records)
+    table = compare_runs(records, [0.05])
+
+    assert table["baseline"].tolist() == [table["run"][0]] * 2 + [table["run"][2]] * 2
+    assert (table.loc[[0, 2], "pm_speedup_0.05"] == 1.0).all()
+    expected = table["pm_time_0.05"][2] / table["pm_time_0.05"][3]
+    assert table["pm_speedup_0.05"][3] == pytest.approx(expected)
+    by_fedavg = compare_runs(records, [0.05], baseline="algorithm.name=fedavg")
+    assert by_fedavg["pm_speedup_0.05"].isna().all()  # no such run: no speedup
