@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ from mecsim.analysis.compare import (
     render_markdown,
 )
 from mecsim.analysis.timeline import plot_curves, plot_gantt
+from mecsim.errors import ConfigError
 from mecsim.output import atomic_directory, write_file
 from mecsim.scenario import Scenario, apply_overrides, load_scenario, read_scenario_file
 
@@ -39,6 +41,38 @@ def sweep_points(sweep: dict[str, list[Any]]) -> list[dict[str, Any]]:
         dict(zip(keys, values, strict=True))
         for values in itertools.product(*(sweep[k] for k in keys))
     ]
+
+
+def _value_text(value: Any) -> str:
+    """A value as folder-name text: ``{dist="uniform", low=1}`` -> ``dist-uniform_low-1``."""
+    if isinstance(value, dict):
+        return "_".join(f"{k}-{_value_text(v)}" for k, v in sorted(value.items()))
+    if isinstance(value, list):
+        return "-".join(_value_text(v) for v in value)
+    return re.sub(r"[^A-Za-z0-9.+-]", "_", str(value))
+
+
+def point_names(points: list[dict[str, Any]], default: str) -> list[str]:
+    """A folder name per sweep point, ``key=value`` joined by ``__`` (the key's last part
+    unless two of a point's keys share it); refuses two points with the same name."""
+    names = []
+    for point in points:
+        tails = [k.split(".")[-1] for k in point]
+        parts = [
+            f"{tail if tails.count(tail) == 1 else key}={_value_text(value)}"
+            for key, tail, value in zip(point, tails, point.values(), strict=True)
+        ]
+        names.append("__".join(parts) or default)
+    seen: dict[str, int] = {}
+    for index, name in enumerate(names):
+        if name in seen:
+            raise ConfigError(
+                "compare.sweep",
+                f"sweep points {points[seen[name]]} and {points[index]} are the same run "
+                f"({name}); remove one",
+            )
+        seen[name] = index
+    return names
 
 
 def run_sweep(
@@ -63,11 +97,13 @@ def run_sweep(
     points = sweep_points(sweep) if sweep else [{}]
     if base.compare.runs:
         points = [point | extra for point in points for extra in base.compare.runs]
+    if base.compare.seeds:
+        points = [point | {"seed": seed} for point in points for seed in base.compare.seeds]
     for point in points:  # every point is valid before the first run starts
         load_scenario(data, point)
+    names = point_names(points, base.name)
     dirs = []
-    for point in points:
-        name = "-".join(str(v).replace("/", "_") for v in point.values()) or base.name
+    for point, name in zip(points, names, strict=True):
         out = runs_dir / name
         log.info("running %s", name)
         run(data, point, out=out, **run_options)

@@ -272,6 +272,10 @@ class CompareConfig(Section):
         description="explicit runs, each a table of dotted key -> value (crossed with the sweep), "
         "for points that differ in more than one key (async rounds, buffer size)",
     )
+    seeds: list[int] = Field(
+        default_factory=list,
+        description="run every point with each of these seeds (empty: the scenario's seed)",
+    )
     targets: list[float] = Field(default=[0.4, 0.8], min_length=1)
 
 

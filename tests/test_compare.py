@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 
+import pandas as pd
 import pytest
 from mecsim.analysis.compare import compare_runs, distinguish, load_run, render_markdown
 
@@ -85,3 +86,39 @@ def test_speedups_are_over_the_baseline_with_every_other_setting_equal(tiny_modu
     assert table["pm_speedup_0.05"][3] == pytest.approx(expected)
     by_fedavg = compare_runs(records, [0.05], baseline="algorithm.name=fedavg")
     assert by_fedavg["pm_speedup_0.05"].isna().all()  # no such run: no speedup
+
+
+def test_sweep_folders_are_named_from_the_swept_keys_and_seeds(tiny, tmp_path):
+    import tomli_w
+
+    from mecsim.cli import main
+
+    tiny["execution"] = {"cost_only": True}
+    tiny["compare"] = {"sweep": {"clients.bandwidth_mhz": [1, 5]}, "seeds": [0, 1]}
+    path = tmp_path / "s.toml"
+    path.write_text(tomli_w.dumps(tiny))
+
+    assert main(["compare", "--scenario", str(path), "--out", str(tmp_path / "cmp")]) == 0
+    runs = sorted(p.name for p in (tmp_path / "cmp" / "runs").iterdir())
+    assert runs == [
+        "bandwidth_mhz=1__seed=0",
+        "bandwidth_mhz=1__seed=1",
+        "bandwidth_mhz=5__seed=0",
+        "bandwidth_mhz=5__seed=1",
+    ]
+    table = pd.read_csv(tmp_path / "cmp" / "comparison" / "compare.csv")
+    assert table["run"].nunique() == 4  # labels carry the differing keys
+
+
+def test_two_sweep_points_that_are_one_run_are_refused(tiny, tmp_path, capsys):
+    import tomli_w
+
+    from mecsim.cli import main
+
+    tiny["compare"] = {"sweep": {"algorithm.lr": [0.1, 1e-1]}}
+    path = tmp_path / "s.toml"
+    path.write_text(tomli_w.dumps(tiny))
+
+    assert main(["compare", "--scenario", str(path), "--out", str(tmp_path / "cmp")]) == 2
+    assert "are the same run (lr=0.1)" in capsys.readouterr().err
+    assert not (tmp_path / "cmp").exists()
