@@ -10,6 +10,7 @@ settings (algorithm, seed, swept keys) all equal the run's.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from dataclasses import dataclass, field
@@ -54,18 +55,20 @@ IGNORED = ("versions.", "output.", "compare.")
 """Resolved-scenario keys that never tell runs apart (provenance, output options)."""
 
 
-def distinguish(runs: list[RunRecord]) -> None:
+def _compared(key: str, ignore: tuple[str, ...] = ()) -> bool:
+    return key != "name" and key not in ignore and not key.startswith(IGNORED)
+
+
+def distinguish(runs: list[RunRecord], ignore: tuple[str, ...] = ()) -> None:
     """Make labels unique: runs sharing a label get ``key=value`` for each setting
-    that differs among them appended."""
+    (but ``ignore``) that differs among them appended."""
     groups: dict[str, list[RunRecord]] = {}
     for run in runs:
         groups.setdefault(run.label, []).append(run)
     for group in groups.values():
         if len(group) < 2:
             continue
-        keys = sorted(
-            {k for r in group for k in r.settings if k != "name" and not k.startswith(IGNORED)}
-        )
+        keys = sorted({k for r in group for k in r.settings if _compared(k, ignore)})
         differing = [k for k in keys if len({repr(r.settings.get(k)) for r in group}) > 1]
         for run in group:
             extra = ", ".join(f"{k}={run.settings.get(k)}" for k in differing)
@@ -201,6 +204,66 @@ def communication(run: RunRecord) -> dict[str, float]:
         "client_state_peak_bytes": s.get("client_state_peak_bytes", math.nan),
         "server_state_peak_bytes": s.get("server_state_peak_bytes", math.nan),
     }
+
+
+def aggregate_seeds(runs: list[RunRecord], table: pd.DataFrame) -> pd.DataFrame:
+    """One row per variant (runs equal in every setting but the seed): n, and the mean and
+    95 % confidence half-width (Student t) of every numeric column of ``table``."""
+    from scipy import stats
+
+    groups: dict[tuple, list[int]] = {}
+    for index, run in enumerate(runs):
+        key = tuple(
+            sorted((k, repr(v)) for k, v in run.settings.items() if _compared(k, ("seed",)))
+        )
+        groups.setdefault(key, []).append(index)
+    representatives = [
+        dataclasses.replace(
+            runs[rows[0]], label=f"{runs[rows[0]].algorithm} / {runs[rows[0]].protocol}"
+        )
+        for rows in groups.values()
+    ]
+    distinguish(representatives, ignore=("seed",))
+    numeric = [c for c in table.columns if pd.api.types.is_numeric_dtype(table[c])]
+    out = []
+    for rep, rows in zip(representatives, groups.values(), strict=True):
+        n = len(rows)
+        row: dict[str, object] = {"variant": rep.label, "n": n}
+        for column in numeric:
+            values = table.loc[rows, column].dropna().to_numpy(dtype=float)
+            row[column] = float(values.mean()) if len(values) else math.nan
+            spread = values.std(ddof=1) / math.sqrt(len(values)) if len(values) > 1 else math.nan
+            half = stats.t.ppf(0.975, len(values) - 1) * spread if len(values) > 1 else math.nan
+            row[f"{column}_ci95"] = float(half)
+        out.append(row)
+    return pd.DataFrame(out)
+
+
+def render_seeds(seeds: pd.DataFrame, targets: list[float]) -> str:
+    """The variants' seed means with 95 % confidence half-widths, as Markdown."""
+    columns = [f"pm_time_{t:g}" for t in targets] + [f"pm_speedup_{t:g}" for t in targets]
+    columns += ["final_pm_acc", "energy_j", "bytes_up"]
+    header = ["variant", "n"] + columns
+    lines = [
+        "",
+        "## Seeds: mean ± 95 % confidence half-width (Student t)",
+        "",
+        "| " + " | ".join(header) + " |",
+        "|" + " --- |" * len(header),
+    ]
+    for _, r in seeds.iterrows():
+        cells = [str(r["variant"]), str(int(r["n"]))]
+        for c in columns:
+            mean, half = r.get(c, math.nan), r.get(f"{c}_ci95", math.nan)
+            cells.append(
+                "-"
+                if math.isnan(mean)
+                else f"{mean:.4g} ± {half:.2g}"
+                if not math.isnan(half)
+                else f"{mean:.4g}"
+            )
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
 
 
 def _fmt(value: object, digits: int = 2) -> str:

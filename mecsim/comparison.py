@@ -21,10 +21,12 @@ import pandas as pd
 
 from mecsim.analysis.compare import (
     DEFAULT_BASELINE,
+    aggregate_seeds,
     compare_runs,
     distinguish,
     load_run,
     render_markdown,
+    render_seeds,
 )
 from mecsim.analysis.timeline import plot_curves, plot_gantt
 from mecsim.errors import ConfigError
@@ -175,11 +177,15 @@ def compare(
     records = [load_run(d) for d in run_dirs]
     distinguish(records)
     table = compare_runs(records, list(targets), baseline)
+    seeds = aggregate_seeds(records, table)
+    markdown = render_markdown(table, list(targets))
+    if (seeds["n"] > 1).any():
+        markdown += render_seeds(seeds, list(targets))
     with atomic_directory(Path(out), overwrite=overwrite) as tmp:
         write_file(tmp / "compare.csv", lambda p: table.to_csv(p, index=False))
-        write_file(
-            tmp / "compare.md", lambda p: p.write_text(render_markdown(table, list(targets)))
-        )
+        write_file(tmp / "compare.md", lambda p: p.write_text(markdown))
+        if (seeds["n"] > 1).any():
+            write_file(tmp / "compare_seeds.csv", lambda p: seeds.to_csv(p, index=False))
         write_file(
             tmp / "curves.png", lambda p: plot_curves([(r.label, r.rounds) for r in records], p)
         )

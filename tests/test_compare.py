@@ -109,6 +109,19 @@ def test_sweep_folders_are_named_from_the_swept_keys_and_seeds(tiny, tmp_path):
     table = pd.read_csv(tmp_path / "cmp" / "comparison" / "compare.csv")
     assert table["run"].nunique() == 4  # labels carry the differing keys
 
+    seeds = pd.read_csv(tmp_path / "cmp" / "comparison" / "compare_seeds.csv")
+    assert seeds["variant"].tolist() == [
+        "fedavg / compute_and_wait (clients.bandwidth_mhz=1.0)",
+        "fedavg / compute_and_wait (clients.bandwidth_mhz=5.0)",
+    ]
+    assert (seeds["n"] == 2).all()
+    energy = table["energy_j"].to_numpy()[:2]  # bandwidth 1: seeds 0 and 1
+    assert seeds["energy_j"][0] == pytest.approx(energy.mean())
+    half = 12.706204736174707 * energy.std(ddof=1) / 2**0.5  # t(0.975, 1 dof)
+    assert seeds["energy_j_ci95"][0] == pytest.approx(half)
+    markdown = (tmp_path / "cmp" / "comparison" / "compare.md").read_text()
+    assert "## Seeds: mean ± 95 % confidence half-width" in markdown
+
 
 def test_two_sweep_points_that_are_one_run_are_refused(tiny, tmp_path, capsys):
     import tomli_w
