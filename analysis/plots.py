@@ -11,15 +11,24 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 
-def plot_accuracy(rounds: pd.DataFrame, path: Path, title: str) -> None:
-    """Accuracy (generic and personalized) against simulated time, saved as PNG."""
+def plot_accuracy(rounds: pd.DataFrame, path: Path, title: str, assumed: bool = False) -> None:
+    """Accuracy (generic and personalized) against simulated time, saved as PNG.
+
+    ``assumed``: a cost-only run's accuracy, read off ``execution.accuracy_curve``:
+    drawn dashed and labelled as assumed.
+    """
     fig, ax = plt.subplots(figsize=(6, 4))
+    if assumed:
+        data = rounds[["t_end", "generic_acc"]].dropna()
+        ax.plot(
+            data["t_end"], data["generic_acc"], "--", label="assumed (execution.accuracy_curve)"
+        )
     for column, label in (
         ("generic_acc", "generic (global test)"),
         ("personal_acc", "personalized (local tests)"),
     ):
         data = rounds[["t_end", column]].dropna()
-        if not data.empty:
+        if not data.empty and not assumed:
             ax.plot(data["t_end"], data[column], marker=".", label=label)
     ax.set_xlabel("simulated time (s)")
     ax.set_ylabel("accuracy")

@@ -18,6 +18,14 @@ def _fmt_acc(x: float) -> str:
     return "n/a" if x is None or math.isnan(x) else f"{x:.4f}"
 
 
+def _accuracy_note(source: str) -> list[str]:
+    if source == "assumed":
+        return ["- accuracy: **assumed**, read off execution.accuracy_curve (cost-only run)"]
+    if source == "none":
+        return ["- accuracy: none (cost-only run without execution.accuracy_curve)"]
+    return []
+
+
 def render_report(name: str, summary: dict[str, Any]) -> str:
     """Markdown cost report: accuracy, per-round time split, bytes, FLOPs, energy."""
     split, pct = summary["time_split_s"], summary["time_split_pct"]
@@ -35,6 +43,7 @@ def render_report(name: str, summary: dict[str, Any]) -> str:
         f"- final personalized accuracy: {_fmt_acc(summary['final_personal_acc'])}"
         f" (best {_fmt_acc(summary['best_personal_acc'])}, per-client std"
         f" {_fmt_acc(summary['final_personal_acc_std'])})",
+        *_accuracy_note(summary.get("accuracy_source", "measured")),
         f"- data: {summary.get('partition_redraws', 0)} partition redraw(s);"
         f" {summary.get('clients_without_local_test', 0)} client(s) without a local test set",
         "",

@@ -573,6 +573,13 @@ def _run(
         "clients_without_local_test": 0 if cost_only else sum(len(t) == 0 for t in data.test),
         **summarize(events, rounds, clients_table),
         "server_state_peak_bytes": sim.server_state_peak_bytes,
+        "accuracy_source": (
+            "measured"
+            if not cost_only
+            else "assumed"
+            if sc.execution.accuracy_curve is not None
+            else "none"
+        ),
     }
     result = RunResult(
         sc, events, rounds, clients_table, summary, run_dir, sim.server_state, sim.client_states
@@ -608,9 +615,13 @@ def write_run_directory(result: RunResult, run_dir: Path) -> None:
             tmp / "report.md",
             lambda p: p.write_text(render_report(result.scenario.name, result.summary)),
         )
-        write_file(
-            tmp / "accuracy.png",
-            lambda p: plot_accuracy(
-                result.rounds, p, f"{result.scenario.name} ({result.scenario.algorithm.name})"
-            ),
-        )
+        source = result.summary["accuracy_source"]
+        if source != "none":  # a cost-only run without a curve has no accuracy to plot
+            title = (
+                f"{result.scenario.name} ({result.scenario.algorithm.name}, "
+                f"{result.scenario.protocol.kind})"
+            )
+            write_file(
+                tmp / "accuracy.png",
+                lambda p: plot_accuracy(result.rounds, p, title, assumed=source == "assumed"),
+            )

@@ -269,3 +269,28 @@ def test_summary_reports_dirichlet_redraws(tiny):
     loose = mecsim.run(tiny, overrides[:2] + ["protocol.rounds=1"], write=False)
 
     assert strict > 0 and loose.summary["partition_redraws"] == 0
+
+
+@pytest.mark.parametrize(
+    ("overrides", "source", "note"),
+    [
+        ([], "measured", None),
+        (
+            ["execution.cost_only=true", "execution.accuracy_curve=[[0, 0.1], [2, 0.5]]"],
+            "assumed",
+            "accuracy: **assumed**",
+        ),
+        (["execution.cost_only=true"], "none", "accuracy: none (cost-only run"),
+    ],
+)
+def test_the_report_says_where_accuracy_comes_from(tiny, tmp_path, overrides, source, note):
+    result = mecsim.run(tiny, overrides, out=tmp_path / "run")
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["accuracy_source"] == result.summary["accuracy_source"] == source
+    report = (tmp_path / "run" / "report.md").read_text()
+    if note is None:
+        assert "accuracy: **assumed**" not in report and "accuracy: none" not in report
+    else:
+        assert note in report
+    # no accuracy, no plot of it
+    assert (tmp_path / "run" / "accuracy.png").exists() == (source != "none")
