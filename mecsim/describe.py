@@ -6,6 +6,7 @@ description), so the listing is never out of date.
 
 from __future__ import annotations
 
+import re
 import types
 import typing
 from typing import Any
@@ -25,11 +26,13 @@ def _type_name(annotation: Any) -> str:
     if isinstance(annotation, type):
         return annotation.__name__
     origin = typing.get_origin(annotation)
+    if origin is typing.Annotated:
+        return _type_name(typing.get_args(annotation)[0])
     if origin in (typing.Union, types.UnionType):
         return " | ".join(_type_name(a) for a in typing.get_args(annotation))
     if origin is typing.Literal:
         return " | ".join(repr(a) for a in typing.get_args(annotation))
-    return str(annotation).replace("typing.", "")
+    return re.sub(r" at 0x[0-9a-f]+", "", str(annotation).replace("typing.", ""))
 
 
 def _range(field: FieldInfo) -> str:
@@ -48,8 +51,9 @@ def _default(field: FieldInfo) -> str:
     if field.is_required():
         return "(required)"
     value = field.get_default(call_default_factory=True)
-    if isinstance(value, BaseModel):
-        return "(table)"
+    if isinstance(value, BaseModel):  # a distribution: its inline table
+        items = value.model_dump(mode="json", exclude_none=True).items()
+        return "{" + ", ".join(f"{k} = {v!r}" for k, v in items) + "}"
     return repr(value)
 
 
@@ -89,7 +93,8 @@ def settings_of(kind: str, name: str) -> tuple[type[BaseModel], str]:
         raise ConfigError("section", _unknown(name, list(SECTIONS)))
     model = Scenario.model_fields[name].annotation
     assert isinstance(model, type) and issubclass(model, BaseModel)
-    return model, (model.__doc__ or "").strip().splitlines()[0]
+    lines = (model.__doc__ or "").strip().splitlines()
+    return model, lines[0] if lines else f"the [{name}] table"
 
 
 def _unknown(name: str, allowed: list[str]) -> str:
@@ -115,3 +120,47 @@ def render(kind: str, name: str) -> str:
             "  ".join(row[c].ljust(widths[c]) for c in columns) + "  " + row["description"]
         )
     return "\n".join(line.rstrip() for line in lines) + "\n"
+
+
+def reference_markdown() -> str:
+    """Every setting of every algorithm, protocol and scenario section, as Markdown
+    (``docs/reference.md``; regenerate with ``python -m mecsim.describe > docs/reference.md``)."""
+    from mecsim.algorithms import ALGORITHMS
+    from mecsim.protocols import PROTOCOLS
+
+    lines = [
+        "# mecsim settings reference",
+        "",
+        "Generated from the pydantic models by `python -m mecsim.describe > docs/reference.md`;",
+        "a test checks that it is current. `mecsim describe KIND NAME` prints one entry.",
+        "",
+    ]
+    entries = [("section", name) for name in SECTIONS]
+    entries += [("algorithm", name) for name in ALGORITHMS.names()]
+    entries += [("protocol", name) for name in PROTOCOLS.names()]
+    for kind, name in entries:
+        model, description = settings_of(kind, name)
+        table = name if kind == "section" else kind
+        skip = () if kind == "section" else ("name", "kind")
+        lines += [f"## {kind} `{name}`", "", description, "", f"Keys under `[{table}]`:", ""]
+        lines += [
+            "| key | type | default | range | description |",
+            "| --- | --- | --- | --- | --- |",
+        ]
+        for row in settings_rows(model, skip):
+            cells = [
+                f"`{row['key']}`",
+                row["type"],
+                row["default"],
+                row["range"],
+                row["description"],
+            ]
+            lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.stdout.write(reference_markdown())

@@ -51,3 +51,14 @@ def test_version(capsys):
         main(["--version"])
     assert done.value.code == 0
     assert capsys.readouterr().out.strip() == f"mecsim {mecsim.__version__}"
+
+
+def test_the_checked_in_reference_is_current():
+    from pathlib import Path
+
+    from mecsim.describe import reference_markdown
+
+    path = Path(__file__).resolve().parents[1] / "docs" / "reference.md"
+    assert path.read_text() == reference_markdown(), (
+        "docs/reference.md is stale: python -m mecsim.describe > docs/reference.md"
+    )
