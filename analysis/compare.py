@@ -55,8 +55,18 @@ IGNORED = ("versions.", "output.", "compare.")
 """Resolved-scenario keys that never tell runs apart (provenance, output options)."""
 
 
-def _compared(key: str, ignore: tuple[str, ...] = ()) -> bool:
-    return key != "name" and key not in ignore and not key.startswith(IGNORED)
+def _compared(key: str, ignore: tuple[str, ...] = (), prefixes: tuple[str, ...] = ()) -> bool:
+    """Whether ``key`` tells runs apart (not provenance, not in ``ignore`` or ``prefixes``)."""
+    return key != "name" and key not in ignore and not key.startswith((*IGNORED, *prefixes))
+
+
+def settings_signature(
+    run: RunRecord, ignore: tuple[str, ...] = (), prefixes: tuple[str, ...] = ()
+) -> tuple:
+    """The run's compared settings (see :func:`_compared`) as a hashable key."""
+    return tuple(
+        sorted((k, repr(v)) for k, v in run.settings.items() if _compared(k, ignore, prefixes))
+    )
 
 
 def distinguish(runs: list[RunRecord], ignore: tuple[str, ...] = ()) -> None:
@@ -135,22 +145,12 @@ def match_baselines(runs: list[RunRecord], baseline: str = DEFAULT_BASELINE) -> 
     5 MHz one.
     """
     key, _, value = baseline.partition("=")
-    table = key.split(".")[0] + "."
-
-    def signature(run: RunRecord) -> tuple:
-        return tuple(
-            sorted(
-                (k, repr(v))
-                for k, v in run.settings.items()
-                if k != "name" and not k.startswith((*IGNORED, table))
-            )
-        )
-
+    table = (key.split(".")[0] + ".",)
     found: dict[tuple, int] = {}
     for index, run in enumerate(runs):
         if str(run.settings.get(key)) == value:
-            found.setdefault(signature(run), index)
-    return [found.get(signature(run)) for run in runs]
+            found.setdefault(settings_signature(run, prefixes=table), index)
+    return [found.get(settings_signature(run, prefixes=table)) for run in runs]
 
 
 def compare_runs(
@@ -213,10 +213,7 @@ def aggregate_seeds(runs: list[RunRecord], table: pd.DataFrame) -> pd.DataFrame:
 
     groups: dict[tuple, list[int]] = {}
     for index, run in enumerate(runs):
-        key = tuple(
-            sorted((k, repr(v)) for k, v in run.settings.items() if _compared(k, ("seed",)))
-        )
-        groups.setdefault(key, []).append(index)
+        groups.setdefault(settings_signature(run, ignore=("seed",)), []).append(index)
     representatives = [
         dataclasses.replace(
             runs[rows[0]], label=f"{runs[rows[0]].algorithm} / {runs[rows[0]].protocol}"

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from mecsim.analysis.compare import RunRecord
-from mecsim.analysis.costs import PHASES, time_split
+from mecsim.analysis.costs import PHASES, summarize, time_split
 
 MIB = 2**20
 
@@ -43,28 +43,20 @@ def time_table(runs: Sequence[RunRecord]) -> pd.DataFrame:
 
 
 def cost_table(runs: Sequence[RunRecord]) -> pd.DataFrame:
-    """Table 6: per-round MB up/down, client/server GFLOPs; server memory; best accuracy."""
+    """Table 6: per-round MB up/down, client/server GFLOPs (:func:`~.costs.summarize` of the
+    run's tables); server memory; best accuracy."""
     rows = []
     for run in runs:
-        rounds = max(len(run.rounds), 1)
-        events = run.events
-        clients = events[events["client"] >= 0]
-        server = events[events["client"] < 0]
-        up = events[(events["direction"] == "up") & (events["role"] == "sender")]
-        down = events[
-            (events["direction"] == "down")
-            & (events["role"] == "receiver")
-            & (events["round"] >= 0)  # the public split's download is not a round's
-        ]
+        s = summarize(run.events, run.rounds)
         rows.append(
             {
                 "run": run.label,
-                "up_mb": up["bytes"].sum() / MIB / rounds,
-                "down_mb": down["bytes"].sum() / MIB / rounds,
-                "client_gflops": clients["flops"].sum() / 1e9 / rounds,
-                "server_gflops": server["flops"].sum() / 1e9 / rounds,
+                "up_mb": s["bytes_up_per_round"] / MIB,
+                "down_mb": s["bytes_down_per_round"] / MIB,
+                "client_gflops": s["client_flops_per_round"] / 1e9,
+                "server_gflops": s["server_flops_per_round"] / 1e9,
                 "server_memory_mb": run.summary.get("server_state_peak_bytes", math.nan) / MIB,
-                "best_mean_acc": float(run.rounds["personal_acc"].max()),
+                "best_mean_acc": s["best_personal_acc"],
             }
         )
     return pd.DataFrame(rows)

@@ -216,7 +216,6 @@ def _main(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-
     from mecsim.comparison import report
 
     if args.out is None:

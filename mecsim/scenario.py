@@ -549,38 +549,24 @@ def _validate_section(
         return None, _problems_from(error, section, settings_class)
 
 
-def _foreign_algorithm_keys(data: dict[str, Any], name: str) -> dict[str, Problem]:
-    """Keys under ``[algorithm]`` that belong to other algorithms, named as such."""
-    own = ALGORITHMS.get(name).Settings.model_fields
-    problems = {}
-    for key in data:
-        if key in own:
-            continue
-        owners = [n for n in ALGORITHMS.names() if key in ALGORITHMS.get(n).Settings.model_fields]
-        if owners:
-            listed = " / ".join(map(repr, owners[:4])) + (" / ..." if len(owners) > 4 else "")
-            problems[f"algorithm.{key}"] = Problem(
-                f"algorithm.{key}",
-                f"is a setting of algorithm {listed}, not {name!r}; remove it or change "
-                "algorithm.name (`mecsim describe algorithm NAME` lists its keys)",
-            )
-    return problems
-
-
-def _foreign_protocol_keys(data: dict[str, Any], kind: str) -> list[Problem]:
-    """Keys under ``[protocol]`` that belong to another protocol, named as such."""
-    own = protocol_settings(kind).model_fields
+def _foreign_keys(
+    data: dict[str, Any], section: str, name: str, settings: dict[str, type[BaseModel]]
+) -> list[Problem]:
+    """Keys under ``[section]`` that belong to another algorithm or protocol (``settings``:
+    every name's settings class), named as such."""
+    chooser = "kind" if section == "protocol" else "name"
     problems = []
     for key in data:
-        if key in own:
+        if key in settings[name].model_fields:
             continue
-        owners = [n for n in PROTOCOLS.names() if key in protocol_settings(n).model_fields]
+        owners = [n for n, model in settings.items() if key in model.model_fields]
         if owners:
+            listed = " / ".join(map(repr, owners[:4])) + (" / ..." if len(owners) > 4 else "")
             problems.append(
                 Problem(
-                    f"protocol.{key}",
-                    f"is a setting of protocol {' / '.join(map(repr, owners))}, not {kind!r}; "
-                    "remove it or change protocol.kind",
+                    f"{section}.{key}",
+                    f"is a setting of {section} {listed}, not {name!r}; remove it or change "
+                    f"{section}.{chooser} (`mecsim describe {section} NAME` lists its keys)",
                 )
             )
     return problems
@@ -611,10 +597,12 @@ def validate_scenario(data: dict[str, Any]) -> tuple[Scenario | None, list[Probl
             Problem("algorithm.name", f"unknown algorithm {name!r}; allowed: {allowed}")
         )
     else:
-        foreign = _foreign_algorithm_keys(tables["algorithm"], name)
-        own = {k: v for k, v in tables["algorithm"].items() if f"algorithm.{k}" not in foreign}
-        algorithm, found = _validate_section(own, "algorithm", name, ALGORITHMS.get(name).Settings)
-        problems += list(foreign.values()) + found
+        settings = {n: ALGORITHMS.get(n).Settings for n in ALGORITHMS.names()}
+        foreign = _foreign_keys(tables["algorithm"], "algorithm", name, settings)
+        paths = {p.path for p in foreign}
+        own = {k: v for k, v in tables["algorithm"].items() if f"algorithm.{k}" not in paths}
+        algorithm, found = _validate_section(own, "algorithm", name, settings[name])
+        problems += foreign + found
         if foreign:
             algorithm = None
     kind = tables["protocol"].get("kind", ProtocolSettings().kind)
@@ -622,7 +610,8 @@ def validate_scenario(data: dict[str, Any]) -> tuple[Scenario | None, list[Probl
         allowed = ", ".join(PROTOCOLS.names())
         problems.append(Problem("protocol.kind", f"unknown protocol {kind!r}; allowed: {allowed}"))
     else:
-        foreign = _foreign_protocol_keys(tables["protocol"], kind)
+        settings = {n: protocol_settings(n) for n in PROTOCOLS.names()}
+        foreign = _foreign_keys(tables["protocol"], "protocol", kind, settings)
         problems += foreign
         if not foreign:
             protocol, found = _validate_section(
