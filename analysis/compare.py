@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -153,14 +154,64 @@ def match_baselines(runs: list[RunRecord], baseline: str = DEFAULT_BASELINE) -> 
     return [found.get(settings_signature(run, prefixes=table)) for run in runs]
 
 
+def varying_keys(runs: list[RunRecord], ignore: tuple[str, ...] = ()) -> list[str]:
+    """The compared settings whose values differ among ``runs`` (the swept keys)."""
+    keys = sorted({k for r in runs for k in r.settings if _compared(k, ignore)})
+    return [k for k in keys if len({repr(r.settings.get(k)) for r in runs}) > 1]
+
+
+def _cell(value: object) -> object:
+    """A setting as a table cell (tables and lists as their text)."""
+    return value if isinstance(value, (int, float, str, bool)) or value is None else str(value)
+
+
+def comparison_columns(targets: list[float]) -> list[str]:
+    """The numeric columns :func:`compare_runs` writes, besides the swept settings."""
+    per_target = [
+        f"{kind}_{what}_{t:g}"
+        for what in ("time", "speedup")
+        for kind in ("pm", "gm")
+        for t in targets
+    ]
+    return per_target + list(RUN_COLUMNS) + list(COMMUNICATION_COLUMNS)
+
+
+RUN_COLUMNS = (
+    "sim_time_s",
+    "final_pm_acc",
+    "final_gm_acc",
+    "idle_s_per_client",
+    "energy_j",
+    "bytes_up",
+    "bytes_down",
+)
+COMMUNICATION_COLUMNS = (
+    "best_pm_acc",
+    "pm_acc_std",
+    "best_gm_acc",
+    "bytes_up_per_round",
+    "bytes_down_per_round",
+    "bytes_up_total",
+    "bytes_down_total",
+    "public_bytes_down",
+    "public_download_s",
+    "upload_s_per_round",
+    "download_s_per_round",
+    "client_state_peak_bytes",
+    "server_state_peak_bytes",
+)
+
+
 def compare_runs(
     runs: list[RunRecord], targets: list[float], baseline: str = DEFAULT_BASELINE
 ) -> pd.DataFrame:
-    """One row per run: time to each target (personalized and generic), speedups over the
-    run's baseline (:func:`match_baselines`), costs."""
+    """One row per run: a column per swept setting, time to each target (personalized and
+    generic), speedups over the run's baseline (:func:`match_baselines`), costs."""
     rows = []
+    swept = varying_keys(runs)
     for run in runs:
         row = {"run": run.label, "algorithm": run.algorithm, "protocol": run.protocol}
+        row.update({key: _cell(run.settings.get(key)) for key in swept})
         for target in targets:
             row[f"pm_time_{target:g}"] = time_to_target(run.rounds, "personal_acc", target)
             row[f"gm_time_{target:g}"] = time_to_target(run.rounds, "generic_acc", target)
@@ -179,9 +230,10 @@ def compare_runs(
     matched = match_baselines(runs, baseline)
     table["baseline"] = [runs[i].label if i is not None else "" for i in matched]
     for target in targets:
-        column = f"pm_time_{target:g}"
-        base = [table[column].iloc[i] if i is not None else math.nan for i in matched]
-        table[f"pm_speedup_{target:g}"] = pd.Series(base, dtype=float) / table[column]
+        for kind in ("pm", "gm"):
+            column = f"{kind}_time_{target:g}"
+            base = [table[column].iloc[i] if i is not None else math.nan for i in matched]
+            table[f"{kind}_speedup_{target:g}"] = pd.Series(base, dtype=float) / table[column]
     return table
 
 
@@ -206,11 +258,22 @@ def communication(run: RunRecord) -> dict[str, float]:
     }
 
 
-def aggregate_seeds(runs: list[RunRecord], table: pd.DataFrame) -> pd.DataFrame:
-    """One row per variant (runs equal in every setting but the seed): n, and the mean and
-    95 % confidence half-width (Student t) of every numeric column of ``table``."""
+def t_half_width(values: np.ndarray) -> np.ndarray:
+    """Per column, the 95 % confidence half-width of the mean of the non-NaN values
+    (Student t); NaN with fewer than two."""
     from scipy import stats
 
+    values = np.where(np.isfinite(values), values, np.nan)
+    n = np.sum(~np.isnan(values), axis=0)
+    with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # columns with fewer than 2 values
+        spread = np.nanstd(values, axis=0, ddof=1) / np.sqrt(n)
+        half = stats.t.ppf(0.975, np.maximum(n - 1, 1)) * spread
+    return np.where(n > 1, half, np.nan)
+
+
+def variant_groups(runs: list[RunRecord]) -> list[tuple[str, list[int]]]:
+    """Runs equal in every setting but the seed, as (variant label, run indices)."""
     groups: dict[tuple, list[int]] = {}
     for index, run in enumerate(runs):
         groups.setdefault(settings_signature(run, ignore=("seed",)), []).append(index)
@@ -221,17 +284,28 @@ def aggregate_seeds(runs: list[RunRecord], table: pd.DataFrame) -> pd.DataFrame:
         for rows in groups.values()
     ]
     distinguish(representatives, ignore=("seed",))
-    numeric = [c for c in table.columns if pd.api.types.is_numeric_dtype(table[c])]
+    return [(rep.label, rows) for rep, rows in zip(representatives, groups.values(), strict=True)]
+
+
+def aggregate_seeds(runs: list[RunRecord], table: pd.DataFrame) -> pd.DataFrame:
+    """One row per variant (runs equal in every setting but the seed): a column per swept
+    setting, n, and the mean and 95 % confidence half-width (Student t) of every numeric
+    column of ``table``."""
+    swept = [k for k in varying_keys(runs) if k != "seed"]
+    numeric = [
+        c
+        for c in table.columns
+        if pd.api.types.is_numeric_dtype(table[c]) and c not in swept and c != "seed"
+    ]
     out = []
-    for rep, rows in zip(representatives, groups.values(), strict=True):
+    for label, rows in variant_groups(runs):
         n = len(rows)
-        row: dict[str, object] = {"variant": rep.label, "n": n}
+        row: dict[str, object] = {"variant": label, "n": n}
+        row.update({key: _cell(runs[rows[0]].settings.get(key)) for key in swept})
         for column in numeric:
-            values = table.loc[rows, column].dropna().to_numpy(dtype=float)
-            row[column] = float(values.mean()) if len(values) else math.nan
-            spread = values.std(ddof=1) / math.sqrt(len(values)) if len(values) > 1 else math.nan
-            half = stats.t.ppf(0.975, len(values) - 1) * spread if len(values) > 1 else math.nan
-            row[f"{column}_ci95"] = float(half)
+            values = table.loc[rows, column].to_numpy(dtype=float)
+            row[column] = float(np.nanmean(values)) if np.isfinite(values).any() else math.nan
+            row[f"{column}_ci95"] = float(t_half_width(values[:, None])[0])
         out.append(row)
     return pd.DataFrame(out)
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from mecsim.errors import MecsimError
 
 LISTABLE = ("algorithms", "models", "datasets", "partitions", "devices", "fading", "protocols")
+DESCRIBABLE = ("algorithm", "protocol", "section")
 
 
 def _registry(kind: str):
@@ -36,16 +37,36 @@ def _registry(kind: str):
     return registry
 
 
+def _ints(text: str) -> list[int]:
+    """``0,3,7`` or ``0-2`` (inclusive) or a mix: ``0-2,5``."""
+    out: list[int] = []
+    for part in text.split(","):
+        lo, sep, hi = part.strip().partition("-")
+        try:
+            out += list(range(int(lo), int(hi) + 1)) if sep else [int(lo)]
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r}: give numbers, e.g. 0,3,7 or 0-2") from None
+    return out
+
+
 def _parser() -> argparse.ArgumentParser:
     import mecsim
 
     parser = argparse.ArgumentParser(prog="mecsim", description=__doc__)
     parser.add_argument("--version", action="version", version=f"mecsim {mecsim.__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
-
-    run = commands.add_parser("run", help="run a scenario and write a run directory")
-    run.add_argument("scenario", help="scenario TOML file")
-    run.add_argument(
+    plugins = argparse.ArgumentParser(add_help=False)
+    plugins.add_argument(
+        "--import",
+        dest="imports",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="import a module (or .py file) that registers models, algorithms, datasets, "
+        "devices or protocols first (repeatable)",
+    )
+    overrides = argparse.ArgumentParser(add_help=False)
+    overrides.add_argument(
         "--set",
         dest="overrides",
         action="append",
@@ -53,8 +74,16 @@ def _parser() -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="override a scenario key, e.g. --set protocol.rounds=5 (repeatable)",
     )
+    device = argparse.ArgumentParser(add_help=False)
+    device.add_argument(
+        "--device", choices=["cpu", "cuda"], default="cpu", help="where models train"
+    )
+
+    run = commands.add_parser(
+        "run", parents=[plugins, overrides, device], help="run a scenario and write a run directory"
+    )
+    run.add_argument("scenario", help="scenario TOML file")
     run.add_argument("--out", help="run directory (default: <output.dir>/<name>-seed<seed>)")
-    run.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="where models train")
     run.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     run.add_argument(
         "--resume",
@@ -62,15 +91,16 @@ def _parser() -> argparse.ArgumentParser:
         help="continue an interrupted run from its checkpoint (same scenario and --out)",
     )
 
-    validate = commands.add_parser("validate", help="check a scenario and report every problem")
-    validate.add_argument("scenario")
-    validate.add_argument(
-        "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE"
+    validate = commands.add_parser(
+        "validate", parents=[plugins, overrides], help="check a scenario and report every problem"
     )
+    validate.add_argument("scenario", help="scenario TOML file")
     validate.add_argument("--out", default=None, help="the run directory a run would write")
 
     cmp = commands.add_parser(
-        "compare", help="compare run directories (or run a sweep first): time to target, speedups"
+        "compare",
+        parents=[plugins, overrides, device],
+        help="compare run directories (or run a sweep first): time to target, speedups",
     )
     cmp.add_argument("runs", nargs="*", help="run directories to compare")
     cmp.add_argument(
@@ -81,16 +111,32 @@ def _parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="KEY=V1,V2",
-        help="sweep values of a key, e.g. --sweep protocol.kind=compute_and_wait,wait_free",
+        help="sweep values of a key, e.g. --sweep clients.bandwidth_mhz=1,5,20; whole "
+        "algorithms or protocols with their own keys: --sweep "
+        "algorithm=ditto:lam=0.1,fedprox:mu=0.01 (repeatable; replaces [compare] sweep)",
     )
-    cmp.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    cmp.add_argument(
+        "--zip",
+        action="store_true",
+        help="pair the sweeps' i-th values instead of running every combination",
+    )
+    cmp.add_argument(
+        "--seeds", type=_ints, metavar="S", help="run every point with each seed, e.g. 0,1,2 or 0-4"
+    )
+    cmp.add_argument(
+        "--resume",
+        action="store_true",
+        help="skip points whose run finished and continue interrupted ones (same --out)",
+    )
+    cmp.add_argument(
+        "-j", "--jobs", type=int, default=1, metavar="N", help="run N points at a time (default 1)"
+    )
     cmp.add_argument(
         "--targets", help="accuracy targets, e.g. 0.4,0.8 (default: [compare] targets)"
     )
     cmp.add_argument(
         "--out", required=True, help="directory for the comparison (runs go in OUT/runs)"
     )
-    cmp.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     cmp.add_argument(
         "--baseline",
         default="protocol.kind=compute_and_wait",
@@ -98,21 +144,60 @@ def _parser() -> argparse.ArgumentParser:
         help="speedups are over the run with this setting and every other one equal "
         "(default: protocol.kind=compute_and_wait)",
     )
+    cmp.add_argument(
+        "--x", metavar="KEY", help="plot --y against this swept numeric setting (metric.png)"
+    )
+    cmp.add_argument(
+        "--y",
+        default="time_to_0.8",
+        metavar="COLUMN",
+        help="a compare.csv column for --x; time_to_T is pm_time_T (default time_to_0.8)",
+    )
+    cmp.add_argument(
+        "--gantt-clients",
+        type=_ints,
+        metavar="C",
+        help="clients in the Gantt, e.g. 0,3,7 (default: the slowest of each run)",
+    )
+    cmp.add_argument(
+        "--gantt-slowest",
+        type=int,
+        default=4,
+        metavar="N",
+        help="how many of the slowest clients the Gantt shows (default 4)",
+    )
+    cmp.add_argument(
+        "--gantt-rounds",
+        type=_ints,
+        default=[0, 1, 2],
+        metavar="R",
+        help="rounds in the Gantt, e.g. 0-2 or 5,10 (default 0-2)",
+    )
+    cmp.add_argument(
+        "--format",
+        default="png",
+        metavar="F",
+        help="figure formats, e.g. png,svg,pdf (default png)",
+    )
 
     rep = commands.add_parser(
-        "report", help="cost tables across runs: time split, bytes, FLOPs, memory, layers"
+        "report",
+        parents=[plugins],
+        help="cost tables across runs: time split, bytes, FLOPs, memory, layers",
     )
     rep.add_argument("runs", nargs="+", help="run directories")
     rep.add_argument("--out", default=None, help="directory for the tables (default: print only)")
 
     describe = commands.add_parser(
-        "describe", help="every key of an algorithm, protocol or section: type, default, range"
+        "describe",
+        parents=[plugins],
+        help="every key of an algorithm, protocol or section: type, default, range",
     )
-    describe.add_argument("kind", choices=["algorithm", "protocol", "section"])
-    describe.add_argument("name", help="e.g. ditto, wait_free, network")
+    describe.add_argument("kind", choices=DESCRIBABLE, help="what to describe")
+    describe.add_argument("name", help="e.g. ditto, wait_free, network, cnn-small, digits")
 
-    listing = commands.add_parser("list", help="list registered names")
-    listing.add_argument("kind", choices=LISTABLE)
+    listing = commands.add_parser("list", parents=[plugins], help="list registered names")
+    listing.add_argument("kind", choices=LISTABLE, help="which registry")
     return parser
 
 
@@ -162,6 +247,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _main(args: argparse.Namespace) -> int:
     log = logging.getLogger("mecsim")
     try:
+        from mecsim.plugins import load_plugins
+
+        load_plugins(args.imports)
         if args.command == "describe":
             from mecsim.describe import render
 
@@ -231,53 +319,86 @@ def _report(args: argparse.Namespace) -> int:
     return 0
 
 
-def _compare(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
-    from mecsim.comparison import compare, run_sweep
+def _figures(args: argparse.Namespace):
+    from mecsim.analysis.figures import FORMATS
+    from mecsim.comparison import Figures
     from mecsim.errors import ConfigError
-    from mecsim.scenario import load_scenario, parse_override
+
+    formats = [f.strip().lower() for f in args.format.split(",") if f.strip()]
+    unknown = [f for f in formats if f not in FORMATS]
+    if unknown or not formats:
+        raise ConfigError("--format", f"{args.format!r}: choose from {', '.join(FORMATS)}")
+    if args.gantt_slowest < 1:
+        raise ConfigError("--gantt-slowest", "show at least one client")
+    return Figures(
+        formats=formats,
+        x=args.x,
+        y=args.y,
+        gantt_clients=args.gantt_clients,
+        gantt_slowest=args.gantt_slowest,
+        gantt_rounds=args.gantt_rounds,
+    )
+
+
+def _targets(text: str) -> list[float]:
+    from mecsim.errors import ConfigError
+
+    try:
+        targets = [float(t) for t in text.split(",")]
+    except ValueError:
+        raise ConfigError("--targets", f"{text!r}: give numbers, e.g. 0.4,0.8") from None
+    if not all(0 <= t <= 1 for t in targets):
+        raise ConfigError("--targets", "accuracy targets lie in [0, 1]")
+    return targets
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from mecsim.comparison import check_figures, compare
+    from mecsim.errors import ConfigError
+    from mecsim.output import check_target
 
     runs = [Path(r) for r in args.runs]
-    targets = None
-    if args.scenario:
-        sweep = {}
-        for item in args.sweep:
-            key, raw = parse_override(item)
-            values = (
-                raw
-                if isinstance(raw, list)
-                else [parse_override(f"v={v}")[1] for v in str(raw).split(",")]
-            )
-            sweep[key] = values
-        targets = load_scenario(args.scenario, args.overrides).compare.targets
-        runs += run_sweep(
-            args.scenario,
-            args.overrides,
-            sweep or None,
-            Path(args.out) / "runs",
-            device=args.device,
-            progress=False,
-        )
-    elif args.sweep:
-        raise ConfigError("--sweep", "needs --scenario SCENARIO to run")
-    if not runs:
-        raise ConfigError("runs", "give run directories or --scenario to compare")
-    if args.targets:
-        try:
-            targets = [float(t) for t in args.targets.split(",")]
-        except ValueError:
-            raise ConfigError(
-                "--targets", f"{args.targets!r}: give numbers, e.g. 0.4,0.8"
-            ) from None
-        if not all(0 <= t <= 1 for t in targets):
-            raise ConfigError("--targets", "accuracy targets lie in [0, 1]")
+    out = Path(args.out)
+    figures = _figures(args)
+    targets = _targets(args.targets) if args.targets else None
     if "=" not in args.baseline:
         raise ConfigError(
             "--baseline", f"{args.baseline!r}: give KEY=VALUE, e.g. protocol.kind=compute_and_wait"
         )
+    if not args.scenario and (args.sweep or args.seeds or args.zip or args.resume):
+        raise ConfigError("--sweep", "sweeps, --seeds, --zip and --resume need --scenario")
+    if not runs and not args.scenario:
+        raise ConfigError("runs", "give run directories or --scenario to compare")
+    check_target(out / "comparison", overwrite=args.resume)
+    if args.scenario:
+        from mecsim.analysis.compare import comparison_columns, flatten
+        from mecsim.scenario import apply_overrides, load_scenario, read_scenario_file
+        from mecsim.sweep import axis, parse_sweep, plan_sweep, run_sweep
+
+        data = apply_overrides(read_scenario_file(args.scenario), args.overrides)
+        if args.seeds:
+            data = apply_overrides(data, {"compare.seeds": args.seeds})
+        base = load_scenario(data)
+        targets = targets or base.compare.targets
+        sweep = dict(parse_sweep(item) for item in args.sweep) or base.compare.sweep
+        axes = [axis(key, values) for key, values in sweep.items()]
+        mode = "zip" if args.zip else base.compare.mode
+        check_figures(
+            figures,
+            comparison_columns(targets),
+            sorted(set(flatten(base.model_dump(mode="json"))) | set(sweep) | {"seed"}),
+        )
+        plan = plan_sweep(data, axes, out / "runs", mode=mode, resume=args.resume)
+        runs += run_sweep(
+            plan, jobs=args.jobs, resume=args.resume, imports=args.imports, device=args.device
+        )
     table = compare(
-        runs, targets or [0.4, 0.8], Path(args.out) / "comparison", baseline=args.baseline
+        runs,
+        targets or [0.4, 0.8],
+        out / "comparison",
+        overwrite=args.resume,
+        baseline=args.baseline,
+        figures=figures,
     )
     columns = ["run"] + [c for c in table.columns if c.startswith(("pm_time", "pm_speedup"))]
     sys.stdout.write(

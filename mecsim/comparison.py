@@ -10,10 +10,10 @@
 
 from __future__ import annotations
 
-import itertools
+import difflib
 import logging
-import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,90 +27,12 @@ from mecsim.analysis.compare import (
     load_run,
     render_markdown,
     render_seeds,
+    variant_groups,
 )
-from mecsim.analysis.timeline import plot_curves, plot_gantt
 from mecsim.errors import ConfigError
 from mecsim.output import atomic_directory, write_file
-from mecsim.scenario import Scenario, apply_overrides, load_scenario, read_scenario_file
 
 log = logging.getLogger(__name__)
-
-
-def sweep_points(sweep: dict[str, list[Any]]) -> list[dict[str, Any]]:
-    """Every combination of the sweep's values, as override mappings (in key order)."""
-    keys = list(sweep)
-    return [
-        dict(zip(keys, values, strict=True))
-        for values in itertools.product(*(sweep[k] for k in keys))
-    ]
-
-
-def _value_text(value: Any) -> str:
-    """A value as folder-name text: ``{dist="uniform", low=1}`` -> ``dist-uniform_low-1``."""
-    if isinstance(value, dict):
-        return "_".join(f"{k}-{_value_text(v)}" for k, v in sorted(value.items()))
-    if isinstance(value, list):
-        return "-".join(_value_text(v) for v in value)
-    return re.sub(r"[^A-Za-z0-9.+-]", "_", str(value))
-
-
-def point_names(points: list[dict[str, Any]], default: str) -> list[str]:
-    """A folder name per sweep point, ``key=value`` joined by ``__`` (the key's last part
-    unless two of a point's keys share it); refuses two points with the same name."""
-    names = []
-    for point in points:
-        tails = [k.split(".")[-1] for k in point]
-        parts = [
-            f"{tail if tails.count(tail) == 1 else key}={_value_text(value)}"
-            for key, tail, value in zip(point, tails, point.values(), strict=True)
-        ]
-        names.append("__".join(parts) or default)
-    seen: dict[str, int] = {}
-    for index, name in enumerate(names):
-        if name in seen:
-            raise ConfigError(
-                "compare.sweep",
-                f"sweep points {points[seen[name]]} and {points[index]} are the same run "
-                f"({name}); remove one",
-            )
-        seen[name] = index
-    return names
-
-
-def run_sweep(
-    scenario: str | Path | dict | Scenario,
-    overrides: list[str] | None,
-    sweep: dict[str, list[Any]] | None,
-    runs_dir: Path,
-    **run_options: Any,
-) -> list[Path]:
-    """Run every point of ``scenario``'s sweep (crossed with ``[compare] runs``); return the
-    run directories (``runs_dir/<point>``)."""
-    from mecsim.runner import run
-
-    # sweep over the user's own keys (not the resolved defaults, which would carry
-    # one algorithm's settings into another's run)
-    data = read_scenario_file(scenario) if isinstance(scenario, (str, Path)) else scenario
-    if isinstance(data, Scenario):
-        data = data.model_dump(mode="json", exclude_none=True)
-    data = apply_overrides(data, overrides or [])
-    base = load_scenario(data)
-    sweep = sweep or base.compare.sweep
-    points = sweep_points(sweep) if sweep else [{}]
-    if base.compare.runs:
-        points = [point | extra for point in points for extra in base.compare.runs]
-    if base.compare.seeds:
-        points = [point | {"seed": seed} for point in points for seed in base.compare.seeds]
-    for point in points:  # every point is valid before the first run starts
-        load_scenario(data, point)
-    names = point_names(points, base.name)
-    dirs = []
-    for point, name in zip(points, names, strict=True):
-        out = runs_dir / name
-        log.info("running %s", name)
-        run(data, point, out=out, **run_options)
-        dirs.append(out)
-    return dirs
 
 
 def layer_bytes(settings: dict[str, Any]) -> list[int] | None:
@@ -165,19 +87,70 @@ def report(run_dirs: Sequence[str | Path], out: str | Path, overwrite: bool = Fa
     return markdown
 
 
+@dataclass
+class Figures:
+    """What ``mecsim compare`` draws: formats, the metric plot, the Gantt's selection."""
+
+    formats: Sequence[str] = ("png",)
+    x: str | None = None
+    """A swept numeric setting: plot ``y`` against it (``metric.<fmt>``)."""
+    y: str = "pm_time_0.8"
+    gantt_clients: Sequence[int] | None = None
+    """Clients in the Gantt (None: the ``gantt_slowest`` slowest of each run)."""
+    gantt_slowest: int = 4
+    gantt_rounds: Sequence[int] = (0, 1, 2)
+
+
+def metric_column(name: str) -> str:
+    """A ``--y`` name as a comparison column: ``time_to_0.8`` means ``pm_time_0.8``,
+    ``gm_time_to_0.8`` means ``gm_time_0.8``; other names are columns already."""
+    if name.startswith("time_to_"):
+        return "pm_time_" + name.removeprefix("time_to_")
+    if name.startswith("gm_time_to_"):
+        return "gm_time_" + name.removeprefix("gm_time_to_")
+    return name
+
+
+def check_figures(figures: Figures, columns: Sequence[str], settings: Sequence[str]) -> None:
+    """Refuse a ``--y`` that is no comparison column or an ``--x`` that is no setting."""
+    if figures.x is None:
+        return
+    if figures.x not in settings:
+        near = difflib.get_close_matches(figures.x, settings, n=1)
+        hint = f"; did you mean {near[0]}?" if near else ""
+        raise ConfigError("--x", f"{figures.x!r} is not a scenario key{hint}")
+    if metric_column(figures.y) not in columns:
+        numeric = ", ".join(c for c in columns if c not in ("run", "algorithm", "protocol"))
+        raise ConfigError("--y", f"{figures.y!r} is not a comparison column; choose from {numeric}")
+
+
 def compare(
     run_dirs: Sequence[str | Path],
     targets: Sequence[float],
     out: str | Path,
     overwrite: bool = False,
     baseline: str = DEFAULT_BASELINE,
+    figures: Figures | None = None,
 ) -> pd.DataFrame:
     """Compare finished runs and write the comparison files into ``out``; speedups are over
     each run's ``baseline`` (``KEY=VALUE``, every other setting equal)."""
+    from mecsim.analysis.figures import plot_curves, plot_metric
+    from mecsim.analysis.gantt import plot_gantt
+
+    figures = figures or Figures()
     records = [load_run(d) for d in run_dirs]
     distinguish(records)
     table = compare_runs(records, list(targets), baseline)
+    if figures.x is not None:
+        check_figures(
+            figures, list(table.columns), sorted({k for r in records for k in r.settings})
+        )
+        if figures.x not in table:
+            raise ConfigError("--x", f"{figures.x} has one value in these runs; sweep it first")
+        if not pd.api.types.is_numeric_dtype(table[figures.x]):
+            raise ConfigError("--x", f"{figures.x} is not numeric; plot a numeric setting")
     seeds = aggregate_seeds(records, table)
+    groups = variant_groups(records)
     markdown = render_markdown(table, list(targets))
     if (seeds["n"] > 1).any():
         markdown += render_seeds(seeds, list(targets))
@@ -186,10 +159,20 @@ def compare(
         write_file(tmp / "compare.md", lambda p: p.write_text(markdown))
         if (seeds["n"] > 1).any():
             write_file(tmp / "compare_seeds.csv", lambda p: seeds.to_csv(p, index=False))
-        write_file(
-            tmp / "curves.png", lambda p: plot_curves([(r.label, r.rounds) for r in records], p)
+        plot_curves(
+            [(label, [records[i].rounds for i in rows]) for label, rows in groups],
+            tmp / "curves",
+            targets,
+            figures.formats,
         )
-        write_file(
-            tmp / "gantt.png", lambda p: plot_gantt([(r.label, r.events) for r in records], p)
+        plot_gantt(
+            [(r.label, r.events, r.rounds) for r in records],
+            tmp / "gantt",
+            clients=figures.gantt_clients,
+            slowest=figures.gantt_slowest,
+            rounds=figures.gantt_rounds,
+            formats=figures.formats,
         )
+        if figures.x is not None:
+            plot_metric(table, figures.x, metric_column(figures.y), tmp / "metric", figures.formats)
     return table

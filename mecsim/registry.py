@@ -10,6 +10,13 @@ from mecsim.errors import UnknownNameError
 T = TypeVar("T")
 
 
+def _load_plugins() -> None:
+    """Installed plug-ins register before any name is looked up (once per process)."""
+    from mecsim.plugins import load_entry_points
+
+    load_entry_points()
+
+
 class Registry(Generic[T]):
     """A registry of named objects of one kind.
 
@@ -42,16 +49,19 @@ class Registry(Generic[T]):
 
     def get(self, name: str) -> T:
         """Return the object registered as ``name``; unknown names raise a clear error."""
+        _load_plugins()
         try:
             return self._items[name]
         except KeyError:
             raise UnknownNameError(self.field, self.kind, name, self.names()) from None
 
     def __contains__(self, name: object) -> bool:
+        _load_plugins()
         return name in self._items
 
     def names(self) -> list[str]:
         """Registered names, sorted."""
+        _load_plugins()
         return sorted(self._items)
 
     def describe(self) -> dict[str, str]:

@@ -265,7 +265,14 @@ class CompareConfig(Section):
 
     sweep: dict[str, list[Any]] = Field(
         default_factory=dict,
-        description="dotted key -> values; every combination is one run (e.g. protocol.kind)",
+        description="dotted key -> values; every combination is one run (e.g. protocol.kind); "
+        "the keys algorithm and protocol take whole choices with their own settings, e.g. "
+        "algorithm = ['ditto:lam=0.1', 'fedprox:mu=0.01']",
+    )
+    mode: Literal["grid", "zip"] = Field(
+        default="grid",
+        description="grid: every combination of the sweep's values; zip: the i-th value of "
+        "each key together (equal lengths)",
     )
     runs: list[dict[str, Any]] = Field(
         default_factory=list,

@@ -256,7 +256,7 @@ def test_compare_runs_points_that_differ_in_several_keys(tmp_path, tiny):
 
     assert main(["compare", "--scenario", str(path), "--out", str(tmp_path / "cmp")]) == 0
     runs = sorted(p.name for p in (tmp_path / "cmp" / "runs").iterdir())
-    assert runs == ["kind=compute_and_wait", "kind=fedbuff__rounds=4__buffer_size=2"]
+    assert runs == ["protocol=compute_and_wait", "protocol=fedbuff__rounds=4__buffer_size=2"]
     fedbuff = pd.read_csv(tmp_path / "cmp" / "runs" / runs[1] / "rounds.csv")
     assert len(fedbuff) == 4 and (fedbuff["buffered"] == 2).all()
 

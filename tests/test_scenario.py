@@ -152,10 +152,11 @@ def test_table5_preset_fixes_spectral_efficiency():
 
 @pytest.mark.parametrize("path", sorted(Path("scenarios").glob("*.toml")), ids=lambda p: p.stem)
 def test_every_shipped_scenario_and_comparison_point_validates(path):
-    from mecsim.comparison import sweep_points
+    from mecsim.scenario import read_scenario_file
+    from mecsim.sweep import apply_point, axis, expand
 
     scenario = mecsim.load_scenario(path)
-    points = sweep_points(scenario.compare.sweep) if scenario.compare.sweep else [{}]
-    points = [p | r for p in points for r in scenario.compare.runs or [{}]]
-    for point in points:
-        mecsim.load_scenario(path, point)
+    axes = [axis(k, v) for k, v in scenario.compare.sweep.items()]
+    data = read_scenario_file(path)
+    for point in expand(axes, scenario.compare.runs, scenario.compare.seeds, scenario.compare.mode):
+        mecsim.load_scenario(apply_point(data, point))

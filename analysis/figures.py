@@ -1,0 +1,158 @@
+"""Comparison figures: accuracy against simulated time with a confidence band over seeds,
+and any metric against a swept setting. Every figure is written in each requested format."""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+from mecsim.analysis.compare import t_half_width  # noqa: E402
+
+FORMATS = ("png", "svg", "pdf")
+DPI = 200
+
+
+def save_figure(fig, path: Path, formats: Sequence[str] = ("png",)) -> list[Path]:
+    """Save ``fig`` as ``path`` with each suffix in ``formats``; close it; return the files."""
+    written = []
+    for fmt in formats:
+        target = path.with_suffix(f".{fmt}")
+        fig.savefig(target, format=fmt, dpi=DPI)
+        written.append(target)
+    plt.close(fig)
+    return written
+
+
+def step_at(times: np.ndarray, values: np.ndarray, grid: np.ndarray) -> np.ndarray:
+    """The last value reached at or before each grid time (NaN before the first)."""
+    index = np.searchsorted(times, grid, side="right") - 1
+    out = values[np.clip(index, 0, None)].astype(float)
+    out[index < 0] = math.nan
+    return out
+
+
+PANELS = (
+    ("personal_acc", "personalized (weighted local test)"),
+    ("generic_acc", "generic (global test)"),
+)
+
+
+def _curve(rounds: pd.DataFrame, column: str) -> tuple[np.ndarray, np.ndarray]:
+    time = "t_personal" if column == "personal_acc" and "t_personal" in rounds else "t_end"
+    data = rounds[[time, column]].dropna().sort_values(time)
+    return data[time].to_numpy(float), data[column].to_numpy(float)
+
+
+def plot_curves(
+    variants: list[tuple[str, list[pd.DataFrame]]],
+    path: Path,
+    targets: Sequence[float] = (),
+    formats: Sequence[str] = ("png",),
+    points: int = 200,
+) -> list[Path]:
+    """Accuracy against simulated time, personalized and generic panels: per variant the
+    mean over its seeds (each seed's curve held between evaluations) and a 95 % band;
+    dotted lines at the targets. A panel no run measured is left out."""
+    panels = [
+        (column, title)
+        for column, title in PANELS
+        if any(len(_curve(r, column)[0]) for _, seeds in variants for r in seeds)
+    ] or [PANELS[0]]
+    fig, axes = plt.subplots(
+        1, len(panels), figsize=(6.5 * len(panels), 4.5), squeeze=False, sharey=True
+    )
+    for ax, (column, title) in zip(axes[0], panels, strict=True):
+        for label, seeds in variants:
+            curves = [c for c in (_curve(r, column) for r in seeds) if len(c[0])]
+            if not curves:
+                continue
+            end = min(t[-1] for t, _ in curves)  # every seed has reached this time
+            start = min(t[0] for t, _ in curves)
+            grid = np.linspace(start, end, points) if end > start else np.array([start])
+            stacked = np.vstack([step_at(t, v, grid) for t, v in curves])
+            with warnings.catch_warnings():  # grid times before a late seed's first point
+                warnings.simplefilter("ignore", RuntimeWarning)
+                mean = np.nanmean(stacked, axis=0)
+            (line,) = ax.plot(grid, mean, label=f"{label} (n={len(curves)})")
+            if len(curves) > 1:
+                half = t_half_width(stacked)
+                ax.fill_between(grid, mean - half, mean + half, color=line.get_color(), alpha=0.2)
+        for target in targets:
+            ax.axhline(target, color="0.4", linestyle=":", linewidth=1)
+            ax.annotate(
+                f"{target:g}",
+                (1.0, target),
+                xycoords=("axes fraction", "data"),
+                fontsize=7,
+                color="0.3",
+                ha="right",
+                va="bottom",
+            )
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel("simulated time (s)")
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("accuracy (mean over seeds, 95 % band)")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    if handles:
+        fig.legend(
+            handles, labels, fontsize=8, loc="lower center", ncol=min(3, len(labels)), frameon=False
+        )
+        fig.tight_layout(rect=(0, 0.06 * math.ceil(len(labels) / 3), 1, 1))
+    else:
+        fig.tight_layout()
+    return save_figure(fig, path, formats)
+
+
+def plot_metric(
+    table: pd.DataFrame,
+    x: str,
+    y: str,
+    path: Path,
+    formats: Sequence[str] = ("png",),
+) -> list[Path]:
+    """``y`` (a comparison column) against the swept setting ``x``: one line per group of
+    runs equal in every other swept setting; points are the mean over seeds with 95 %
+    confidence bars."""
+    others = [c for c in ("algorithm", "protocol") if c in table]
+    others += [
+        c for c in table.columns if "." in c and c not in (x, "algorithm.name", "protocol.kind")
+    ]
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for key, group in table.groupby(others, sort=False, dropna=False) if others else [((), table)]:
+        key = key if isinstance(key, tuple) else (key,)
+        stats = group.groupby(x)[y].agg(list).sort_index()
+        xs = stats.index.to_numpy(float)
+        values = [np.asarray(v, dtype=float) for v in stats]
+        means = np.array([np.nanmean(v) if np.isfinite(v).any() else math.nan for v in values])
+        halves = np.nan_to_num([t_half_width(v[:, None])[0] for v in values])
+        label = " / ".join(str(k) for k in key[:2])
+        extra = ", ".join(f"{c}={v}" for c, v in zip(others[2:], key[2:], strict=True))
+        ax.errorbar(
+            xs,
+            means,
+            yerr=halves,
+            marker="o",
+            capsize=3,
+            label=f"{label} ({extra})" if extra else label,
+        )
+    ax.set_xlabel(x)
+    ax.set_ylabel(y)
+    if (
+        len(table[x].unique()) > 2
+        and (table[x] > 0).all()
+        and table[x].max() / table[x].min() >= 10
+    ):
+        ax.set_xscale("log")
+    ax.set_title(f"{y} against {x} (mean over seeds, 95 % confidence)", fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return save_figure(fig, path, formats)

@@ -1,0 +1,90 @@
+"""Plug-ins: modules that register models, algorithms, datasets, devices or protocols.
+
+Two ways in: ``mecsim run --import mypkg.mymodule`` (repeatable; a ``.py``
+path works too), and installed packages that declare an entry point in the
+group ``mecsim.plugins``, loaded the first time any registry is read::
+
+    [project.entry-points."mecsim.plugins"]
+    mypkg = "mypkg.mecsim_plugin"
+
+Importing a plug-in module runs its ``@ALGORITHMS.register(...)`` (etc.)
+decorators; nothing else is needed.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import logging
+import sys
+from collections.abc import Sequence
+from importlib.metadata import entry_points
+from pathlib import Path
+
+from mecsim.errors import ConfigError
+
+GROUP = "mecsim.plugins"
+"""The entry-point group installed packages register their plug-in modules under."""
+
+log = logging.getLogger(__name__)
+_entry_points_loaded = False
+
+
+def load_entry_points() -> list[str]:
+    """Import every installed plug-in (once per process); return their names. A plug-in
+    that fails to import is skipped with a warning, so it cannot break mecsim."""
+    global _entry_points_loaded
+    if _entry_points_loaded:
+        return []
+    _entry_points_loaded = True
+    loaded = []
+    for point in entry_points(group=GROUP):
+        try:
+            point.load()
+        except Exception as error:  # a broken third-party package
+            log.warning("skipped the mecsim plug-in %r (%s): %s", point.name, point.value, error)
+            continue
+        loaded.append(point.name)
+    return loaded
+
+
+def import_module(name: str):
+    """Import a plug-in by module name (the working directory is searched first) or by
+    the path of a ``.py`` file."""
+    if name.endswith(".py"):
+        path = Path(name)
+        if not path.is_file():
+            raise ConfigError("--import", f"file not found: {name}")
+        spec = importlib.util.spec_from_file_location(path.stem, path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[path.stem] = module
+        try:
+            spec.loader.exec_module(module)
+        except Exception as error:
+            sys.modules.pop(path.stem, None)
+            raise ConfigError(
+                "--import", f"{name} failed: {type(error).__name__}: {error}"
+            ) from None
+        return module
+    if "" not in sys.path and str(Path.cwd()) not in sys.path:
+        sys.path.insert(0, str(Path.cwd()))
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as error:
+        raise ConfigError(
+            "--import",
+            f"cannot import {name!r} ({error}); run from its directory, add it to "
+            "PYTHONPATH, or give the .py file's path",
+        ) from None
+    except Exception as error:
+        raise ConfigError(
+            "--import", f"importing {name!r} failed: {type(error).__name__}: {error}"
+        ) from None
+
+
+def load_plugins(imports: Sequence[str] = ()) -> None:
+    """Installed plug-ins, then the ``--import`` modules in order."""
+    load_entry_points()
+    for name in imports:
+        import_module(name)
