@@ -1,11 +1,13 @@
 """``mecsim compare`` and ``mecsim report``: tables across run directories.
 
 ``compare`` (after an optional sweep) writes ``compare.md`` and
-``compare.csv`` (time to target, speedups, idle time, energy, bytes),
-``curves.png`` (accuracy against simulated time, all runs) and ``gantt.png``
-(a few rounds per client per run). ``report`` writes KAPC's cost tables
-(``report.md``, ``time.csv``, ``cost.csv``, ``layers.csv`` and
-``layers.png``). Both write one directory, atomically.
+``compare.csv`` (a column per swept setting, time to target, speedups, idle
+time, energy, bytes), ``compare_seeds.csv`` (seed means and confidence
+intervals), ``curves`` (accuracy against simulated time, a band over seeds),
+``gantt`` (the slowest clients of chosen rounds), ``metric`` (a column
+against a swept setting) and ``report.html``. ``report`` writes KAPC's cost
+tables (``report.md``, ``time.csv``, ``cost.csv``, ``layers.csv``,
+``layers.png``) and ``report.html``. Both write one directory, atomically.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from mecsim.analysis.compare import (
     render_seeds,
     variant_groups,
 )
+from mecsim.analysis.html_report import render_html
 from mecsim.errors import ConfigError
 from mecsim.output import atomic_directory, write_file
 
@@ -81,9 +84,18 @@ def report(run_dirs: Sequence[str | Path], out: str | Path, overwrite: bool = Fa
         write_file(tmp / "report.md", lambda p: p.write_text(markdown))
         write_file(tmp / "time.csv", lambda p: time.to_csv(p, index=False))
         write_file(tmp / "cost.csv", lambda p: cost.to_csv(p, index=False))
+        shown = []
         if not layers.empty:
             write_file(tmp / "layers.csv", lambda p: layers.to_csv(p))
             write_file(tmp / "layers.png", lambda p: plot_layers(layers, p))
+            shown.append(("layers uploaded per round (KAPC Fig. 8)", tmp / "layers.png"))
+        for record, run_dir in zip(records, run_dirs, strict=True):
+            if (Path(run_dir) / "accuracy.png").is_file():
+                shown.append((f"{record.label}: accuracy", Path(run_dir) / "accuracy.png"))
+        write_file(
+            tmp / "report.html",
+            lambda p: p.write_text(render_html("mecsim cost report", markdown, shown)),
+        )
     return markdown
 
 
@@ -175,4 +187,17 @@ def compare(
         )
         if figures.x is not None:
             plot_metric(table, figures.x, metric_column(figures.y), tmp / "metric", figures.formats)
+        shown = [
+            (caption, tmp / f"{stem}.png")
+            for stem, caption in (
+                ("curves", "accuracy against simulated time"),
+                ("metric", f"{figures.y} against {figures.x}"),
+                ("gantt", "timelines of the chosen rounds"),
+            )
+            if (tmp / f"{stem}.png").is_file()
+        ]
+        write_file(
+            tmp / "report.html",
+            lambda p: p.write_text(render_html("mecsim comparison", markdown, shown)),
+        )
     return table

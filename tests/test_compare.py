@@ -135,3 +135,106 @@ def test_two_sweep_points_that_are_one_run_are_refused(tiny, tmp_path, capsys):
     assert main(["compare", "--scenario", str(path), "--out", str(tmp_path / "cmp")]) == 2
     assert "are the same run (lr=0.1)" in capsys.readouterr().err
     assert not (tmp_path / "cmp").exists()
+
+
+@pytest.fixture(scope="module")
+def bandwidth_sweep(tiny_module, tmp_path_factory):
+    """A cost-only bandwidth sweep with two seeds, through the command line."""
+    import tomli_w
+
+    from mecsim.cli import main
+
+    root = tmp_path_factory.mktemp("bw")
+    data = copy.deepcopy(tiny_module)
+    data["execution"] = {"cost_only": True, "accuracy_curve": [[0, 0.1], [0.05, 0.9]]}
+    path = root / "s.toml"
+    path.write_text(tomli_w.dumps(data))
+    args = ["compare", "--scenario", str(path), "--sweep", "clients.bandwidth_mhz=1,4"]
+    args += ["--seeds", "0,1", "--x", "clients.bandwidth_mhz", "--y", "energy_j"]
+    args += ["--format", "png,svg,pdf", "--targets", "0.5", "--out", str(root / "cmp")]
+    assert main(args) == 0
+    return root / "cmp" / "comparison"
+
+
+def test_a_sweep_table_has_a_column_per_swept_key_and_seed_intervals(bandwidth_sweep):
+    table = pd.read_csv(bandwidth_sweep / "compare.csv")
+    assert table["clients.bandwidth_mhz"].tolist() == [1, 1, 4, 4]
+    assert table["seed"].tolist() == [0, 1, 0, 1]
+    assert {"gm_time_0.5", "gm_speedup_0.5", "pm_speedup_0.5"} <= set(table.columns)
+    seeds = pd.read_csv(bandwidth_sweep / "compare_seeds.csv")
+    assert seeds["clients.bandwidth_mhz"].tolist() == [1, 4] and "seed" not in seeds
+    assert seeds["n"].tolist() == [2, 2]
+    slow = table[table["clients.bandwidth_mhz"] == 1]["sim_time_s"]
+    assert seeds["sim_time_s"][0] == pytest.approx(slow.mean())
+    assert seeds["sim_time_s_ci95"][0] > 0
+    # four times the uplink: less time on the air, so less transmit energy
+    assert seeds["energy_j"][1] < seeds["energy_j"][0]
+
+
+def test_figures_come_in_every_requested_format(bandwidth_sweep):
+    for stem in ("curves", "gantt", "metric"):
+        for fmt in ("png", "svg", "pdf"):
+            assert (bandwidth_sweep / f"{stem}.{fmt}").stat().st_size > 1000
+    assert (bandwidth_sweep / "metric.svg").read_text().count("clients.bandwidth_mhz") >= 1
+
+
+@pytest.mark.parametrize(
+    ("option", "message"),
+    [
+        (["--x", "clients.bandwith_mhz"], "did you mean clients.bandwidth_mhz?"),
+        (["--x", "clients.bandwidth_mhz", "--y", "speed"], "'speed' is not a comparison column"),
+        (["--format", "png,gif"], "choose from png, svg, pdf"),
+    ],
+)
+def test_figure_options_are_checked_before_any_run(tiny, tmp_path, capsys, option, message):
+    import tomli_w
+
+    from mecsim.cli import main
+
+    tiny["execution"] = {"cost_only": True}
+    path = tmp_path / "s.toml"
+    path.write_text(tomli_w.dumps(tiny))
+    args = ["compare", "--scenario", str(path), "--sweep", "clients.bandwidth_mhz=1,4"]
+    assert main(args + option + ["--out", str(tmp_path / "cmp")]) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "cmp").exists()
+
+
+def _events(rows):
+    columns = ["round", "client", "phase", "t_start", "t_end"]
+    return pd.DataFrame(rows, columns=columns)
+
+
+def test_the_gantt_shows_the_clients_that_set_the_round_length_first():
+    from mecsim.analysis.gantt import idle_spans, slowest_clients
+
+    events = _events(
+        [
+            (0, 0, "download", 0.0, 1.0),
+            (0, 0, "upload", 1.0, 2.0),
+            (0, 1, "download", 0.0, 1.0),
+            (0, 1, "upload", 4.0, 9.0),  # the straggler of round 0
+            (0, 2, "upload", 0.0, 3.0),
+            (0, -1, "aggregate", 9.0, 9.5),  # the server is never a lane
+            (1, 0, "upload", 10.0, 11.0),
+            (1, 2, "upload", 10.0, 12.0),
+        ]
+    )
+    # lateness from each round's first event: client 1: 9; client 2: (3 + 2) / 2; client 0: 1.5
+    assert slowest_clients(events, [0, 1], 2) == [1, 2]
+    assert slowest_clients(events, [1], 5) == [2, 0]
+    assert idle_spans([(1.0, 2.0), (1.5, 3.0), (5.0, 6.0)], 0.0, 8.0) == [
+        (0.0, 1.0),
+        (3.0, 5.0),
+        (6.0, 8.0),
+    ]
+    assert idle_spans([(0.0, 9.0)], 0.0, 8.0) == []
+
+
+def test_a_seed_band_averages_curves_held_between_evaluations():
+    import numpy as np
+    from mecsim.analysis.figures import step_at
+
+    grid = np.array([0.5, 1.0, 2.5, 4.0])
+    held = step_at(np.array([1.0, 2.0, 3.0]), np.array([0.1, 0.5, 0.7]), grid)
+    np.testing.assert_allclose(held, [np.nan, 0.1, 0.5, 0.7])
