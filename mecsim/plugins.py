@@ -55,7 +55,10 @@ def import_module(name: str):
         path = Path(name)
         if not path.is_file():
             raise ConfigError("--import", f"file not found: {name}")
-        spec = importlib.util.spec_from_file_location(path.stem, path)
+        loaded = sys.modules.get(path.stem)
+        if loaded is not None and getattr(loaded, "__file__", None) == str(path.resolve()):
+            return loaded  # imported already (registering twice would be refused)
+        spec = importlib.util.spec_from_file_location(path.stem, path.resolve())
         assert spec is not None and spec.loader is not None
         module = importlib.util.module_from_spec(spec)
         sys.modules[path.stem] = module

@@ -47,6 +47,11 @@ class Registry(Generic[T]):
         """Register ``obj`` under ``name`` without decorator syntax."""
         return self.register(name, description)(obj)
 
+    def remove(self, name: str) -> None:
+        """Forget ``name`` (a notebook reloading its plug-in registers it again)."""
+        self._items.pop(name, None)
+        self._descriptions.pop(name, None)
+
     def get(self, name: str) -> T:
         """Return the object registered as ``name``; unknown names raise a clear error."""
         _load_plugins()
