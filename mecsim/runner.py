@@ -28,6 +28,7 @@ from mecsim.checkpoint import (
     load_checkpoint,
     scenario_digest,
 )
+from mecsim.client_table import read_client_table
 from mecsim.data import build_client_data, dataset_shape, load_dataset
 from mecsim.data.datasets import Dataset
 from mecsim.data.federated import hold_out_public
@@ -99,10 +100,15 @@ CLIENT_RANGES = {
 def build_clients(scenario: Scenario) -> list[ClientProfile]:
     """Sample each client's radio and device from the scenario's attribute streams."""
     cfg, n, seed = scenario.clients, scenario.clients.count, scenario.seed
-    distance = sample_attribute(cfg.distance_m, numpy_rng(seed, "clients", "distance_m"), n)
-    bandwidth = sample_attribute(cfg.bandwidth_mhz, numpy_rng(seed, "clients", "bandwidth_mhz"), n)
-    power = sample_attribute(cfg.tx_power_dbm, numpy_rng(seed, "clients", "tx_power_dbm"), n)
-    device = sample_attribute(cfg.device, numpy_rng(seed, "clients", "device"), n)
+    table = read_client_table(cfg.table) if cfg.table is not None else pd.DataFrame()
+
+    def attribute(key: str) -> np.ndarray:  # the table's column, else the scenario's draws
+        if key in table:
+            return table[key].to_numpy()
+        return sample_attribute(getattr(cfg, key), numpy_rng(seed, "clients", key), n)
+
+    distance, bandwidth = attribute("distance_m"), attribute("bandwidth_mhz")
+    power, device = attribute("tx_power_dbm"), attribute("device")
     for key, values in (
         ("distance_m", distance),
         ("bandwidth_mhz", bandwidth),
@@ -169,7 +175,10 @@ class FederatedData:
 
 def build_data(sc: Scenario, device: torch.device) -> FederatedData:
     """Load the dataset, partition it across clients, and move it to ``device``."""
-    if sc.execution.cost_only and sc.clients.num_samples is not None:
+    table_counts = sc.clients.table is not None and "num_samples" in read_client_table(
+        sc.clients.table
+    )
+    if sc.execution.cost_only and (sc.clients.num_samples is not None or table_counts):
         return _sample_counts_only(sc)
 
     def load(name: str) -> Dataset:
@@ -220,6 +229,9 @@ def build_data(sc: Scenario, device: torch.device) -> FederatedData:
 
 def sample_counts(sc: Scenario) -> np.ndarray:
     """Cost-only per-client training sample counts (``clients.num_samples``), checked."""
+    table = read_client_table(sc.clients.table) if sc.clients.table is not None else None
+    if table is not None and "num_samples" in table:
+        return table["num_samples"].to_numpy().astype(np.int64)  # checked on reading
     counts = sample_attribute(
         sc.clients.num_samples, numpy_rng(sc.seed, "clients", "num_samples"), sc.clients.count
     )

@@ -21,7 +21,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 import tomllib
-from pydantic import BaseModel, Field, SerializeAsAny, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    Field,
+    SerializeAsAny,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from mecsim.algorithms import ALGORITHMS
 from mecsim.algorithms.base import AlgorithmSettings
@@ -190,6 +197,36 @@ class ClientsConfig(Section):
         default=None,
         description="cost-only mode: per-client training sample counts (no data is loaded)",
     )
+    table: str | None = Field(
+        default=None,
+        description="CSV of per-client distance_m, bandwidth_mhz, tx_power_dbm, device and "
+        "(cost-only) num_samples, one row per client; its columns replace the values above "
+        "and its rows set count (a relative path is read from the scenario file's folder)",
+    )
+
+    @field_validator("table")
+    @classmethod
+    def _readable(cls, table: str | None) -> str | None:
+        if table is not None:
+            from mecsim.client_table import read_client_table
+
+            read_client_table(table)  # a ValueError names the file, the client and the column
+        return table
+
+    @model_validator(mode="after")
+    def _table(self) -> ClientsConfig:
+        if self.table is None:
+            return self
+        from mecsim.client_table import read_client_table
+
+        rows = len(read_client_table(self.table))
+        if "count" in self.model_fields_set and self.count != rows:
+            raise ValueError(
+                f"count = {self.count} but {self.table} has {rows} rows; remove count "
+                "(the table sets it) or fix the table"
+            )
+        self.__dict__["count"] = rows  # the table sets the population
+        return self
 
 
 class ServerConfig(Section):
@@ -413,6 +450,7 @@ def _check_names(scenario: Scenario) -> list[Problem]:
                 Problem("clients.device", f"unknown device {device!r}; allowed: {allowed}")
             )
     problems += _check_positive(scenario)
+    problems += _check_client_table(scenario)
     if scenario.clients.num_samples is not None and not scenario.execution.cost_only:
         problems.append(
             Problem("clients.num_samples", "only used with execution.cost_only = true; remove it")
@@ -445,6 +483,34 @@ def _check_names(scenario: Scenario) -> list[Problem]:
             Problem(
                 "protocol.clients_per_round",
                 f"{protocol.clients_per_round} exceeds clients.count ({scenario.clients.count})",
+            )
+        )
+    return problems
+
+
+def _check_client_table(scenario: Scenario) -> list[Problem]:
+    """The table's device names exist; its sample counts are only for cost-only runs."""
+    if scenario.clients.table is None:
+        return []
+    from mecsim.client_table import read_client_table
+
+    table = read_client_table(scenario.clients.table)
+    problems = []
+    for device in sorted(set(table["device"])) if "device" in table else []:
+        if device not in DEVICES:
+            problems.append(
+                Problem(
+                    "clients.table",
+                    f"unknown device {device!r} in {scenario.clients.table}; allowed: "
+                    + ", ".join(DEVICES.names()),
+                )
+            )
+    if "num_samples" in table and not scenario.execution.cost_only:
+        problems.append(
+            Problem(
+                "clients.table",
+                f"{scenario.clients.table}: column num_samples is only used with "
+                "execution.cost_only = true (real runs count the partition); drop the column",
             )
         )
     return problems
@@ -677,6 +743,9 @@ def read_scenario_file(path: str | Path) -> dict[str, Any]:
     if not data:
         logging.getLogger(__name__).info("%s is empty: every setting takes its default", path)
     data.setdefault("name", path.stem)
+    table = data.get("clients", {}).get("table") if isinstance(data.get("clients"), dict) else None
+    if isinstance(table, str) and not Path(table).is_absolute():
+        data["clients"]["table"] = str(path.parent / table)  # beside the scenario file
     return data
 
 

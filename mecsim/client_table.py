@@ -1,0 +1,79 @@
+"""Per-client attributes from a CSV file (``clients.table``): measured device and network
+traces instead of distributions.
+
+Columns (each optional but at least one): ``distance_m``, ``bandwidth_mhz``,
+``tx_power_dbm``, ``device`` (a registered device name) and, in cost-only
+runs, ``num_samples``; an optional ``client`` column (0..N-1) orders the rows.
+One row per client: the table sets ``clients.count``. A column given replaces
+the scenario's value or distribution for that attribute; the others still
+come from the scenario.
+"""
+
+from __future__ import annotations
+
+import difflib
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+RANGES = {
+    "distance_m": (0.0, 1e6, True),
+    "bandwidth_mhz": (0.0, 1e5, True),
+    "tx_power_dbm": (-50.0, 60.0, False),
+    "num_samples": (1.0, 1e9, False),
+}
+"""(low, high, low exclusive) of each numeric column: physically sensible bounds."""
+COLUMNS = ("client", *RANGES, "device")
+
+
+def read_client_table(path: str | Path) -> pd.DataFrame:
+    """The checked table, one row per client in client order; raises ValueError with one
+    line naming the file, the row and the column."""
+    path = Path(path)
+    stat = path.stat() if path.is_file() else None
+    if stat is None:
+        raise ValueError(f"file not found: {path}")
+    return _read(str(path.resolve()), stat.st_mtime_ns, stat.st_size).copy()
+
+
+@lru_cache(maxsize=8)
+def _read(path: str, mtime_ns: int, size: int) -> pd.DataFrame:
+    try:
+        table = pd.read_csv(path, skipinitialspace=True)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as error:
+        raise ValueError(f"{path} is not a CSV table: {error}") from None
+    table.columns = [str(c).strip() for c in table.columns]
+    for column in table.columns:
+        if column not in COLUMNS:
+            near = difflib.get_close_matches(column, COLUMNS, n=1)
+            hint = f"; did you mean {near[0]!r}?" if near else f"; known: {', '.join(COLUMNS)}"
+            raise ValueError(f"{path}: unknown column {column!r}{hint}")
+    if len(table) == 0 or not set(table.columns) - {"client"}:
+        raise ValueError(f"{path}: give at least one row and one attribute column")
+    if "client" in table:
+        ids = pd.to_numeric(table["client"], errors="coerce")
+        if sorted(ids.tolist()) != list(range(len(table))):
+            raise ValueError(f"{path}: column client must number the rows 0..{len(table) - 1}")
+        table = table.assign(client=ids.astype(int)).sort_values("client")
+        table = table.set_index("client", drop=False).rename_axis(None)
+    for column, (low, high, exclusive) in RANGES.items():
+        if column not in table:
+            continue
+        values = pd.to_numeric(table[column], errors="coerce").to_numpy(float)
+        bad = (
+            ~np.isfinite(values)
+            | (values > high)
+            | ((values <= low) if exclusive else (values < low))
+        )
+        if bad.any():
+            row = int(np.flatnonzero(bad)[0])
+            bound = f"({low:g}, {high:g}]" if exclusive else f"[{low:g}, {high:g}]"
+            raise ValueError(
+                f"{path}: client {row}: {column} = {table[column].iloc[row]} must lie in {bound}"
+            )
+        table[column] = values
+    if "device" in table:
+        table["device"] = table["device"].astype(str).str.strip()
+    return table.reset_index(drop=True)
