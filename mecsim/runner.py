@@ -495,6 +495,15 @@ def _run(
     world = build_world(sc, torch_device)
     clients, data, num_train, models = world.clients, world.data, world.num_train, world.models
     job_executor = build_executor(sc, world.ctx, executor)
+    executor_used = (
+        "cost_only"
+        if cost_only
+        else choose_executor(
+            executor or sc.execution.executor,
+            world.ctx.device,
+            max(world.ctx.per_sample_flops.values()),
+        )
+    )
     evaluator: Any = world.evaluator
     checkpointer = None
     if run_dir is not None:
@@ -531,7 +540,7 @@ def _run(
                 if row["generic_acc"] == row["generic_acc"]
                 else row["personal_acc"]
             )
-            bar.set_postfix(round=row["round"] + 1, sim_s=f"{row['t_end']:.1f}", acc=f"{acc:.3f}")
+            bar.set_postfix(round=row["round"], sim_s=f"{row['t_end']:.1f}", acc=f"{acc:.3f}")
             bar.update()
 
         sim.on_round = on_round
@@ -592,6 +601,11 @@ def _run(
             if sc.execution.accuracy_curve is not None
             else "none"
         ),
+        "executor": executor_used,
+        "executor_setting": executor or sc.execution.executor,
+        "device": torch_device.type,
+        "protocol": sc.protocol.model_dump(mode="json"),
+        "network": sc.network.model_dump(mode="json", exclude_none=True),
     }
     result = RunResult(
         sc, events, rounds, clients_table, summary, run_dir, sim.server_state, sim.client_states
@@ -616,7 +630,8 @@ def write_run_directory(result: RunResult, run_dir: Path) -> None:
         for name in ("events", "rounds", "clients"):
             table: pd.DataFrame = getattr(result, name)
             write_file(tmp / f"{name}.parquet", lambda p, t=table: t.to_parquet(p, index=False))
-            write_file(tmp / f"{name}.csv", lambda p, t=table: t.to_csv(p, index=False))
+            if name != "events" or result.scenario.output.events_csv:
+                write_file(tmp / f"{name}.csv", lambda p, t=table: t.to_csv(p, index=False))
         write_file(
             tmp / "summary.json",
             lambda p: p.write_text(

@@ -246,6 +246,11 @@ class OutputConfig(Section):
     )
     overwrite: bool = False
     progress: bool = True
+    events_csv: bool = Field(
+        default=True,
+        description="also write events.csv (events.parquet is always written); false for "
+        "huge runs, where the CSV is the slowest and largest file",
+    )
     checkpoint_every: int | None = Field(
         default=None,
         ge=1,

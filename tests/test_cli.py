@@ -113,3 +113,56 @@ def test_a_crash_mid_run_leaves_no_partial_directory(tmp_path, tiny, monkeypatch
     with pytest.raises(RuntimeError):
         mecsim.runner.run(tiny, out=out)
     assert not out.exists() and list((tmp_path / "runs").iterdir()) == []
+
+
+def test_the_python_entry_point_has_the_runners_signature_and_a_docstring():
+    import inspect
+
+    import mecsim
+    from mecsim.runner import run
+
+    assert list(inspect.signature(mecsim.run).parameters) == list(
+        inspect.signature(run).parameters
+    )
+    for name in inspect.signature(run).parameters:
+        assert f"{name}:" in mecsim.run.__doc__
+
+
+def test_every_command_line_option_has_help():
+    import argparse
+
+    from mecsim.cli import _parser
+
+    parser = _parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    for name, sub in commands.choices.items():
+        for action in sub._actions:
+            if not isinstance(action, argparse._HelpAction):
+                assert action.help, f"mecsim {name} {action.option_strings or action.dest}"
+
+
+def test_summary_records_the_protocol_the_network_and_the_executor_auto_chose(tiny, tmp_path):
+    import json
+
+    import mecsim
+
+    out = tmp_path / "run"
+    mecsim.run(tiny, ["output.events_csv=false", "network.fading=rayleigh"], out=out)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["executor_setting"] == "auto"
+    assert summary["executor"] in ("serial", "batched")
+    assert summary["protocol"]["kind"] == "compute_and_wait" and summary["protocol"]["rounds"] == 2
+    assert summary["network"]["fading"] == "rayleigh"
+    assert summary["device"] == "cpu"
+    # events.csv is optional; the Parquet table always exists
+    assert not (out / "events.csv").exists() and (out / "events.parquet").is_file()
+    assert (out / "rounds.csv").is_file()
+
+
+def test_the_progress_bar_numbers_rounds_as_the_tables_do(tiny, capsys):
+    import mecsim
+
+    result = mecsim.run(tiny, write=False, progress=True)
+    err = capsys.readouterr().err
+    last = int(result.rounds["round"].iloc[-1])
+    assert f"round={last}," in err and f"round={last + 1}," not in err
