@@ -16,7 +16,16 @@ from pathlib import Path
 from mecsim.errors import MecsimError
 
 LISTABLE = ("algorithms", "models", "datasets", "partitions", "devices", "fading", "protocols")
-DESCRIBABLE = ("algorithm", "protocol", "section")
+DESCRIBABLE = (
+    "algorithm",
+    "protocol",
+    "section",
+    "model",
+    "dataset",
+    "device",
+    "fading",
+    "partition",
+)
 
 
 def _registry(kind: str):

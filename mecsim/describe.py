@@ -17,7 +17,19 @@ from pydantic.fields import FieldInfo
 from mecsim.errors import ConfigError
 
 SECTIONS = ("data", "model", "network", "clients", "server", "execution", "output", "compare")
-KINDS = ("algorithm", "protocol", "section")
+KINDS = ("algorithm", "protocol", "section", "model", "dataset", "device", "fading", "partition")
+SETTINGS_KINDS = ("algorithm", "protocol", "section")
+"""Kinds whose entries are pydantic settings tables; the others are registered names."""
+RELATED_KEYS = {
+    "model": ("model", ("name", "assign", "choices")),
+    "dataset": ("data", ("dataset", "root", "download", "public_dataset", "public_size")),
+    "fading": ("network", ("fading", "rician_k", "shadowing_sigma_db", "coherence_ms")),
+    "partition": (
+        "data",
+        ("partition", "alpha", "classes_per_client", "quantity_skew", "min_samples"),
+    ),
+}
+"""For a registered name: the scenario section and keys that choose and tune it."""
 
 
 def _type_name(annotation: Any) -> str:
@@ -101,8 +113,75 @@ def _unknown(name: str, allowed: list[str]) -> str:
     return f"unknown name {name!r}; allowed: {', '.join(allowed)}"
 
 
+def _registry(kind: str):
+    if kind == "model":
+        from mecsim.models import MODELS as registry
+    elif kind == "dataset":
+        from mecsim.data import DATASETS as registry
+    elif kind == "device":
+        from mecsim.devices import DEVICES as registry
+    elif kind == "fading":
+        from mecsim.channels import FADING as registry
+    else:
+        from mecsim.data import PARTITIONS as registry
+    return registry
+
+
+def _facts(kind: str, name: str) -> list[str]:
+    """What a registered name is: a device's figures, a dataset's shape, a model's size."""
+    if kind == "device":
+        from dataclasses import fields
+
+        device = _registry(kind).get(name)
+        return [f"  {f.name} = {getattr(device, f.name)!r}" for f in fields(device)]
+    if kind == "dataset":
+        from mecsim.data import dataset_shape
+
+        shape, classes = dataset_shape(name)
+        return [f"  input shape {tuple(shape)}, {classes} classes"]
+    if kind == "model":
+        from mecsim.data import dataset_shape
+        from mecsim.models.registry import build_model
+
+        lines = []
+        for dataset in ("digits", "cifar10"):
+            shape, classes = dataset_shape(dataset)
+            try:
+                model = build_model(name, input_shape=shape, num_classes=classes, seed=0)
+            except Exception as error:  # e.g. too deep for 8x8 inputs
+                lines.append(f"  on {dataset} {tuple(shape)}: not buildable ({error})")
+                continue
+            params = sum(p.numel() for p in model.parameters())
+            lines.append(f"  on {dataset} {tuple(shape)}: {params:,} parameters")
+        return lines
+    return []
+
+
+def render_name(kind: str, name: str) -> str:
+    """A registered model, dataset, device, fading or partition: what it is and the
+    scenario keys that choose and tune it."""
+    registry = _registry(kind)
+    if name not in registry:
+        raise ConfigError(kind, _unknown(name, registry.names()))
+    lines = [f"{kind} {name}: {registry.describe()[name]}", *_facts(kind, name)]
+    section, keys = RELATED_KEYS.get(kind, ("clients", ("device",)))
+    if kind == "device":
+        lines += ["", "choose it with clients.device (or server.device, or a clients.table column)"]
+        return "\n".join(lines) + "\n"
+    model, _ = settings_of("section", section)
+    rows = [r for r in settings_rows(model) if r["key"] in keys]
+    lines += ["", f"keys under [{section}] that choose and tune it:", ""]
+    width = max(len(r["key"]) for r in rows)
+    for row in rows:
+        detail = ", ".join(x for x in (row["type"], f"default {row['default']}", row["range"]) if x)
+        lines.append(f"  {row['key'].ljust(width)}  {detail}  {row['description']}".rstrip())
+    return "\n".join(lines) + "\n"
+
+
 def render(kind: str, name: str) -> str:
     """The settings of ``kind`` ``name`` as an aligned text table."""
+    if kind not in SETTINGS_KINDS:
+        return render_name(kind, name)
     model, description = settings_of(kind, name)
     table = name if kind == "section" else kind
     rows = settings_rows(model, skip=("name", "kind") if kind != "section" else ())

@@ -121,9 +121,7 @@ def test_the_python_entry_point_has_the_runners_signature_and_a_docstring():
     import mecsim
     from mecsim.runner import run
 
-    assert list(inspect.signature(mecsim.run).parameters) == list(
-        inspect.signature(run).parameters
-    )
+    assert list(inspect.signature(mecsim.run).parameters) == list(inspect.signature(run).parameters)
     for name in inspect.signature(run).parameters:
         assert f"{name}:" in mecsim.run.__doc__
 

@@ -62,3 +62,27 @@ def test_the_checked_in_reference_is_current():
     assert path.read_text() == reference_markdown(), (
         "docs/reference.md is stale: python -m mecsim.describe > docs/reference.md"
     )
+
+
+@pytest.mark.parametrize(
+    ("kind", "name", "expected"),
+    [
+        ("model", "cnn-small", "on digits (1, 8, 8): 13,706 parameters"),
+        ("dataset", "digits", "input shape (1, 8, 8), 10 classes"),
+        ("device", "iot-low", "flops_per_s = 1000000000.0"),
+        ("fading", "rician", "rician_k"),
+        ("partition", "dirichlet", "alpha               float, default 0.5, > 0"),
+    ],
+)
+def test_registered_names_are_described_with_the_keys_that_tune_them(kind, name, expected):
+    from mecsim.describe import render
+
+    text = render(kind, name)
+    assert text.startswith(f"{kind} {name}: ") and expected in text
+
+
+def test_describing_an_unknown_model_lists_the_known_ones(capsys):
+    from mecsim.cli import main
+
+    assert main(["describe", "model", "cnn-large"]) == 2
+    assert "unknown name 'cnn-large'; allowed: " in capsys.readouterr().err
