@@ -117,13 +117,16 @@ def plot_metric(
     y: str,
     path: Path,
     formats: Sequence[str] = ("png",),
+    settings: Sequence[str] = (),
 ) -> list[Path]:
     """``y`` (a comparison column) against the swept setting ``x``: one line per group of
-    runs equal in every other swept setting; points are the mean over seeds with 95 %
+    runs equal in every other swept setting (``settings``: the swept columns); points are the mean over seeds with 95 %
     confidence bars."""
     others = [c for c in ("algorithm", "protocol") if c in table]
     others += [
-        c for c in table.columns if "." in c and c not in (x, "algorithm.name", "protocol.kind")
+        c
+        for c in settings
+        if c not in (x, "seed", "algorithm.name", "protocol.kind") and c in table
     ]
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for key, group in table.groupby(others, sort=False, dropna=False) if others else [((), table)]:

@@ -30,6 +30,7 @@ from mecsim.analysis.compare import (
     render_markdown,
     render_seeds,
     variant_groups,
+    varying_keys,
 )
 from mecsim.analysis.html_report import render_html
 from mecsim.errors import ConfigError
@@ -186,7 +187,14 @@ def compare(
             formats=figures.formats,
         )
         if figures.x is not None:
-            plot_metric(table, figures.x, metric_column(figures.y), tmp / "metric", figures.formats)
+            plot_metric(
+                table,
+                figures.x,
+                metric_column(figures.y),
+                tmp / "metric",
+                figures.formats,
+                varying_keys(records),
+            )
         shown = [
             (caption, tmp / f"{stem}.png")
             for stem, caption in (

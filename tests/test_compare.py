@@ -175,7 +175,11 @@ def test_figures_come_in_every_requested_format(bandwidth_sweep):
     for stem in ("curves", "gantt", "metric"):
         for fmt in ("png", "svg", "pdf"):
             assert (bandwidth_sweep / f"{stem}.{fmt}").stat().st_size > 1000
-    assert (bandwidth_sweep / "metric.svg").read_text().count("clients.bandwidth_mhz") >= 1
+    svg = (bandwidth_sweep / "metric.svg").read_text()
+    assert "<!-- clients.bandwidth_mhz -->" in svg  # the x label
+    # one line: the runs differ only in the swept key and the seed (not one per run)
+    assert svg.count("<!-- fedavg / compute_and_wait -->") == 1
+    assert svg.count("<!-- fedavg / compute_and_wait") == 1
 
 
 @pytest.mark.parametrize(
