@@ -57,10 +57,12 @@ def plot_curves(
     targets: Sequence[float] = (),
     formats: Sequence[str] = ("png",),
     points: int = 200,
+    assumed: Sequence[bool] = (),
 ) -> list[Path]:
     """Accuracy against simulated time, personalized and generic panels: per variant the
     mean over its seeds (each seed's curve held between evaluations) and a 95 % band;
-    dotted lines at the targets. A panel no run measured is left out."""
+    dotted lines at the targets. A panel no run measured is left out. Variants flagged in
+    ``assumed`` (cost-only runs' ``execution.accuracy_curve``) are dashed and labelled."""
     panels = [
         (column, title)
         for column, title in PANELS
@@ -70,7 +72,8 @@ def plot_curves(
         1, len(panels), figsize=(6.5 * len(panels), 4.5), squeeze=False, sharey=True
     )
     for ax, (column, title) in zip(axes[0], panels, strict=True):
-        for label, seeds in variants:
+        for index, (label, seeds) in enumerate(variants):
+            guess = index < len(assumed) and assumed[index]
             curves = [c for c in (_curve(r, column) for r in seeds) if len(c[0])]
             if not curves:
                 continue
@@ -81,7 +84,12 @@ def plot_curves(
             with warnings.catch_warnings():  # grid times before a late seed's first point
                 warnings.simplefilter("ignore", RuntimeWarning)
                 mean = np.nanmean(stacked, axis=0)
-            (line,) = ax.plot(grid, mean, label=f"{label} (n={len(curves)})")
+            (line,) = ax.plot(
+                grid,
+                mean,
+                "--" if guess else "-",
+                label=f"{label} (n={len(curves)}{', assumed accuracy' if guess else ''})",
+            )
             if len(curves) > 1:
                 half = t_half_width(stacked)
                 ax.fill_between(grid, mean - half, mean + half, color=line.get_color(), alpha=0.2)

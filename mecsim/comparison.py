@@ -177,6 +177,9 @@ def compare(
             tmp / "curves",
             targets,
             figures.formats,
+            assumed=[
+                records[rows[0]].summary.get("accuracy_source") == "assumed" for _, rows in groups
+            ],
         )
         plot_gantt(
             [(r.label, r.events, r.rounds) for r in records],

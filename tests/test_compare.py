@@ -175,6 +175,8 @@ def test_figures_come_in_every_requested_format(bandwidth_sweep):
     for stem in ("curves", "gantt", "metric"):
         for fmt in ("png", "svg", "pdf"):
             assert (bandwidth_sweep / f"{stem}.{fmt}").stat().st_size > 1000
+    curves = (bandwidth_sweep / "curves.svg").read_text()
+    assert "(n=2, assumed accuracy) -->" in curves  # cost-only: the assumed curve, so labelled
     svg = (bandwidth_sweep / "metric.svg").read_text()
     assert "<!-- clients.bandwidth_mhz -->" in svg  # the x label
     # one line: the runs differ only in the swept key and the seed (not one per run)
