@@ -28,24 +28,6 @@ DESCRIBABLE = (
 )
 
 
-def _registry(kind: str):
-    if kind == "algorithms":
-        from mecsim.algorithms import ALGORITHMS as registry
-    elif kind == "models":
-        from mecsim.models import MODELS as registry
-    elif kind == "datasets":
-        from mecsim.data import DATASETS as registry
-    elif kind == "partitions":
-        from mecsim.data import PARTITIONS as registry
-    elif kind == "devices":
-        from mecsim.devices import DEVICES as registry
-    elif kind == "fading":
-        from mecsim.channels import FADING as registry
-    else:
-        from mecsim.protocols import PROTOCOLS as registry
-    return registry
-
-
 def _ints(text: str) -> list[int]:
     """``0,3,7`` or ``0-2`` (inclusive) or a mix: ``0-2,5``."""
     out: list[int] = []
@@ -235,6 +217,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         previous = None
     try:
         return _main(args)
+    except BrokenPipeError:  # output piped into a reader that stopped early (| head)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # Python's exit flush must not fail again
+        return 141
     except (KeyboardInterrupt, Terminated) as stop:
         name = "SIGTERM" if isinstance(stop, Terminated) else "SIGINT"
         sys.stderr.write(f"interrupted ({name}): stopped; nothing was written at the target\n")
@@ -265,7 +251,9 @@ def _main(args: argparse.Namespace) -> int:
             sys.stdout.write(render(args.kind, args.name))
             return 0
         if args.command == "list":
-            for name, description in _registry(args.kind).describe().items():
+            from mecsim.describe import registry_of
+
+            for name, description in registry_of(args.kind).describe().items():
                 sys.stdout.write(f"{name:<20} {description}\n")
             return 0
         if args.command == "validate":

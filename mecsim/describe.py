@@ -113,18 +113,21 @@ def _unknown(name: str, allowed: list[str]) -> str:
     return f"unknown name {name!r}; allowed: {', '.join(allowed)}"
 
 
-def _registry(kind: str):
-    if kind == "model":
-        from mecsim.models import MODELS as registry
-    elif kind == "dataset":
-        from mecsim.data import DATASETS as registry
-    elif kind == "device":
-        from mecsim.devices import DEVICES as registry
-    elif kind == "fading":
-        from mecsim.channels import FADING as registry
-    else:
-        from mecsim.data import PARTITIONS as registry
-    return registry
+def registry_of(kind: str):
+    """The registry of a kind, singular or as ``mecsim list`` names it (``algorithms``)."""
+    import importlib
+
+    singular = kind.removesuffix("s") if kind != "fading" else kind
+    module, attribute = {
+        "algorithm": ("mecsim.algorithms", "ALGORITHMS"),
+        "model": ("mecsim.models", "MODELS"),
+        "dataset": ("mecsim.data", "DATASETS"),
+        "partition": ("mecsim.data", "PARTITIONS"),
+        "device": ("mecsim.devices", "DEVICES"),
+        "fading": ("mecsim.channels", "FADING"),
+        "protocol": ("mecsim.protocols", "PROTOCOLS"),
+    }[singular]
+    return getattr(importlib.import_module(module), attribute)
 
 
 def _facts(kind: str, name: str) -> list[str]:
@@ -132,7 +135,7 @@ def _facts(kind: str, name: str) -> list[str]:
     if kind == "device":
         from dataclasses import fields
 
-        device = _registry(kind).get(name)
+        device = registry_of(kind).get(name)
         return [f"  {f.name} = {getattr(device, f.name)!r}" for f in fields(device)]
     if kind == "dataset":
         from mecsim.data import dataset_shape
@@ -160,7 +163,7 @@ def _facts(kind: str, name: str) -> list[str]:
 def render_name(kind: str, name: str) -> str:
     """A registered model, dataset, device, fading or partition: what it is and the
     scenario keys that choose and tune it."""
-    registry = _registry(kind)
+    registry = registry_of(kind)
     if name not in registry:
         raise ConfigError(kind, _unknown(name, registry.names()))
     lines = [f"{kind} {name}: {registry.describe()[name]}", *_facts(kind, name)]

@@ -164,3 +164,17 @@ def test_the_progress_bar_numbers_rounds_as_the_tables_do(tiny, capsys):
     err = capsys.readouterr().err
     last = int(result.rounds["round"].iloc[-1])
     assert f"round={last}," in err and f"round={last + 1}," not in err
+
+
+def test_a_reader_that_stops_early_gets_no_internal_error():
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        f"{sys.executable} -m mecsim list algorithms | head -1",
+        shell=True,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.stdout.count("\n") == 1 and "internal error" not in done.stderr
