@@ -7,22 +7,23 @@ COMET (Cho et al., IEEE JSTSP 2023, Sec. V), with a CIFAR-style head.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
-from torchvision.models import ResNet, resnet18, resnet34
-from torchvision.models.vgg import cfgs, make_layers
 
 from mecsim.models.registry import MODELS, image_shape
 
+if TYPE_CHECKING:  # torchvision is imported when a model is built: it costs ~1 s at start-up
+    from torchvision.models import ResNet
 
-def _cifar_resnet(
-    name: str, factory: Callable[..., ResNet], input_shape: tuple[int, ...], num_classes: int
-) -> ResNet:
+
+def _cifar_resnet(name: str, input_shape: tuple[int, ...], num_classes: int) -> ResNet:
     """torchvision ResNet with conv1 = 3x3 stride 1 (no bias) on C channels, no stem maxpool."""
+    import torchvision.models
+
     channels, _, _ = image_shape(name, input_shape)
-    model = factory(weights=None, num_classes=num_classes)
+    model = getattr(torchvision.models, name)(weights=None, num_classes=num_classes)
     model.conv1 = nn.Conv2d(channels, 64, kernel_size=3, stride=1, padding=1, bias=False)
     nn.init.kaiming_normal_(model.conv1.weight, mode="fan_out", nonlinearity="relu")
     model.maxpool = nn.Identity()
@@ -32,13 +33,13 @@ def _cifar_resnet(
 @MODELS.register("resnet18", "ResNet-18, CIFAR stem (3x3 conv1, no maxpool).")
 def cifar_resnet18(input_shape: tuple[int, ...], num_classes: int) -> ResNet:
     """torchvision ResNet-18 with the CIFAR stem: 3x3 stride-1 conv1 and no stem maxpool."""
-    return _cifar_resnet("resnet18", resnet18, input_shape, num_classes)
+    return _cifar_resnet("resnet18", input_shape, num_classes)
 
 
 @MODELS.register("resnet34", "ResNet-34, CIFAR stem (3x3 conv1, no maxpool).")
 def cifar_resnet34(input_shape: tuple[int, ...], num_classes: int) -> ResNet:
     """torchvision ResNet-34 with the CIFAR stem: 3x3 stride-1 conv1 and no stem maxpool."""
-    return _cifar_resnet("resnet34", resnet34, input_shape, num_classes)
+    return _cifar_resnet("resnet34", input_shape, num_classes)
 
 
 class CifarVGG(nn.Module):
@@ -62,6 +63,8 @@ class CifarVGG(nn.Module):
     ) -> None:
         super().__init__()
         channels, height, width = input_shape
+        from torchvision.models.vgg import make_layers
+
         features = make_layers(config, batch_norm=True)
         features[0] = nn.Conv2d(channels, features[0].out_channels, kernel_size=3, padding=1)
         for index, module in enumerate(features):
@@ -91,10 +94,14 @@ class CifarVGG(nn.Module):
 @MODELS.register("vgg11", "VGG-11 with BatchNorm, CIFAR head (global avg pool, FC 512).")
 def vgg11(input_shape: tuple[int, ...], num_classes: int) -> CifarVGG:
     """VGG-11 (torchvision ``vgg11_bn`` features) with the CIFAR head of :class:`CifarVGG`."""
+    from torchvision.models.vgg import cfgs
+
     return CifarVGG(cfgs["A"], image_shape("vgg11", input_shape), num_classes)
 
 
 @MODELS.register("vgg13", "VGG-13 with BatchNorm, CIFAR head (global avg pool, FC 512).")
 def vgg13(input_shape: tuple[int, ...], num_classes: int) -> CifarVGG:
     """VGG-13 (torchvision ``vgg13_bn`` features) with the CIFAR head of :class:`CifarVGG`."""
+    from torchvision.models.vgg import cfgs
+
     return CifarVGG(cfgs["B"], image_shape("vgg13", input_shape), num_classes)
