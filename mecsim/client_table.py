@@ -28,6 +28,20 @@ RANGES = {
 COLUMNS = ("client", *RANGES, "device")
 
 
+def out_of_range(key: str, values: np.ndarray) -> np.ndarray:
+    """Indices of ``values`` that are not finite or fall outside ``RANGES[key]``."""
+    low, high, exclusive = RANGES[key]
+    values = np.asarray(values, dtype=float)
+    below = (values <= low) if exclusive else (values < low)
+    return np.flatnonzero(~np.isfinite(values) | (values > high) | below)
+
+
+def range_text(key: str) -> str:
+    """``RANGES[key]`` as an interval: ``(0, 1e+06]``."""
+    low, high, exclusive = RANGES[key]
+    return f"({low:g}, {high:g}]" if exclusive else f"[{low:g}, {high:g}]"
+
+
 def read_client_table(path: str | Path) -> pd.DataFrame:
     """The checked table, one row per client in client order; raises ValueError with one
     line naming the file, the row and the column."""
@@ -57,21 +71,16 @@ def _read(path: str, mtime_ns: int, size: int) -> pd.DataFrame:
         if sorted(ids.tolist()) != list(range(len(table))):
             raise ValueError(f"{path}: column client must number the rows 0..{len(table) - 1}")
         table = table.assign(client=ids.astype(int)).sort_values("client")
-        table = table.set_index("client", drop=False).rename_axis(None)
-    for column, (low, high, exclusive) in RANGES.items():
+    for column in RANGES:
         if column not in table:
             continue
         values = pd.to_numeric(table[column], errors="coerce").to_numpy(float)
-        bad = (
-            ~np.isfinite(values)
-            | (values > high)
-            | ((values <= low) if exclusive else (values < low))
-        )
-        if bad.any():
-            row = int(np.flatnonzero(bad)[0])
-            bound = f"({low:g}, {high:g}]" if exclusive else f"[{low:g}, {high:g}]"
+        bad = out_of_range(column, values)
+        if len(bad):
+            row = int(bad[0])
             raise ValueError(
-                f"{path}: client {row}: {column} = {table[column].iloc[row]} must lie in {bound}"
+                f"{path}: client {row}: {column} = {table[column].iloc[row]} must lie in "
+                f"{range_text(column)}"
             )
         table[column] = values
     if "device" in table:

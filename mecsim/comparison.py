@@ -198,14 +198,15 @@ def compare(
                 figures.formats,
                 varying_keys(records),
             )
+        inline = next((f for f in ("png", "svg") if f in figures.formats), None)  # not pdf
         shown = [
-            (caption, tmp / f"{stem}.png")
+            (caption, tmp / f"{stem}.{inline}")
             for stem, caption in (
                 ("curves", "accuracy against simulated time"),
                 ("metric", f"{figures.y} against {figures.x}"),
                 ("gantt", "timelines of the chosen rounds"),
             )
-            if (tmp / f"{stem}.png").is_file()
+            if inline is not None and (tmp / f"{stem}.{inline}").is_file()
         ]
         write_file(
             tmp / "report.html",

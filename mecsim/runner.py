@@ -28,7 +28,7 @@ from mecsim.checkpoint import (
     load_checkpoint,
     scenario_digest,
 )
-from mecsim.client_table import read_client_table
+from mecsim.client_table import out_of_range, range_text, read_client_table
 from mecsim.data import build_client_data, dataset_shape, load_dataset
 from mecsim.data.datasets import Dataset
 from mecsim.data.federated import hold_out_public
@@ -89,14 +89,6 @@ def resolve_device(device: str | None) -> torch.device:
     return torch.device(name)
 
 
-CLIENT_RANGES = {
-    "distance_m": (0.0, 1e6, True),
-    "bandwidth_mhz": (0.0, 1e5, True),
-    "tx_power_dbm": (-50.0, 60.0, False),
-}
-"""(low, high, low exclusive) of each sampled client attribute: physically sensible bounds."""
-
-
 def build_clients(scenario: Scenario) -> list[ClientProfile]:
     """Sample each client's radio and device from the scenario's attribute streams."""
     cfg, n, seed = scenario.clients, scenario.clients.count, scenario.seed
@@ -114,17 +106,12 @@ def build_clients(scenario: Scenario) -> list[ClientProfile]:
         ("bandwidth_mhz", bandwidth),
         ("tx_power_dbm", power),
     ):
-        low, high, positive = CLIENT_RANGES[key]
-        values = np.asarray(values, dtype=float)
-        bad = np.flatnonzero(
-            ~np.isfinite(values) | (values > high) | (values <= low if positive else values < low)
-        )
+        bad = out_of_range(key, values)
         if len(bad):
-            bound = f"in ({low:g}, {high:g}]" if positive else f"in [{low:g}, {high:g}]"
             raise ConfigError(
                 f"clients.{key}",
-                f"sampled {values[bad[0]]:g} for client {int(bad[0])}; every value must lie "
-                f"{bound}: narrow the distribution",
+                f"sampled {float(values[bad[0]]):g} for client {int(bad[0])}; every value must "
+                f"lie in {range_text(key)}: narrow the distribution",
             )
     return [
         ClientProfile(
@@ -236,7 +223,7 @@ def sample_counts(sc: Scenario) -> np.ndarray:
         sc.clients.num_samples, numpy_rng(sc.seed, "clients", "num_samples"), sc.clients.count
     )
     counts = np.asarray(counts, dtype=float)
-    bad = np.flatnonzero(~np.isfinite(counts) | (counts < 1) | (counts > 1e9))
+    bad = out_of_range("num_samples", counts)
     if len(bad):
         raise ConfigError(
             "clients.num_samples",
@@ -338,13 +325,19 @@ def choose_executor(name: str, device: torch.device, per_sample_flops: int) -> s
     return "batched"
 
 
-def build_executor(sc: Scenario, ctx: TrainingContext, name: str | None) -> Executor:
-    """The executor the scenario asks for (cost-only mode overrides it)."""
+def executor_name(sc: Scenario, ctx: TrainingContext, name: str | None) -> str:
+    """The executor that runs: ``cost_only``, or the requested one with ``auto`` resolved."""
     if sc.execution.cost_only:
-        return CostOnlyExecutor(ctx)
-    name = choose_executor(
+        return "cost_only"
+    return choose_executor(
         name or sc.execution.executor, ctx.device, max(ctx.per_sample_flops.values())
     )
+
+
+def build_executor(sc: Scenario, ctx: TrainingContext, name: str) -> Executor:
+    """The executor named by :func:`executor_name`."""
+    if name == "cost_only":
+        return CostOnlyExecutor(ctx)
     if name == "ray":
         e = sc.execution
         return make_executor(
@@ -494,16 +487,8 @@ def _run(
             log.info("%s: starting over; add --resume to continue the interrupted run", path)
     world = build_world(sc, torch_device)
     clients, data, num_train, models = world.clients, world.data, world.num_train, world.models
-    job_executor = build_executor(sc, world.ctx, executor)
-    executor_used = (
-        "cost_only"
-        if cost_only
-        else choose_executor(
-            executor or sc.execution.executor,
-            world.ctx.device,
-            max(world.ctx.per_sample_flops.values()),
-        )
-    )
+    executor_used = executor_name(sc, world.ctx, executor)
+    job_executor = build_executor(sc, world.ctx, executor_used)
     evaluator: Any = world.evaluator
     checkpointer = None
     if run_dir is not None:

@@ -20,7 +20,6 @@ from __future__ import annotations
 import hashlib
 import itertools
 import logging
-import math
 import os
 import re
 import time
@@ -142,9 +141,7 @@ def expand(
 def apply_point(data: dict[str, Any], point: Point) -> dict[str, Any]:
     """``data`` with the point's settings; a point that chooses another algorithm or
     protocol first drops the settings the new choice does not have."""
-    from mecsim.algorithms import ALGORITHMS
-    from mecsim.protocols import PROTOCOLS
-    from mecsim.protocols.registry import protocol_settings
+    from mecsim.describe import settings_of
 
     data = dict(data)
     for table, chooser in CHOOSERS.items():
@@ -152,12 +149,10 @@ def apply_point(data: dict[str, Any], point: Point) -> dict[str, Any]:
         current = data.get(table, {})
         if chosen is None or not isinstance(current, dict) or chosen == current.get(chooser):
             continue
-        registry = ALGORITHMS if table == "algorithm" else PROTOCOLS
-        if chosen not in registry:
+        try:
+            fields = settings_of(table, chosen)[0].model_fields
+        except ConfigError:
             continue  # validation names the unknown choice
-        fields = (
-            ALGORITHMS.get(chosen).Settings if table == "algorithm" else protocol_settings(chosen)
-        ).model_fields
         data[table] = {k: v for k, v in current.items() if k in fields}
     return apply_overrides(data, point)
 
@@ -169,7 +164,7 @@ def _text(value: Any) -> str:
     if isinstance(value, list):
         return "-".join(_text(v) for v in value)
     if isinstance(value, float) and value.is_integer() and abs(value) < 1e15:
-        return str(int(value)) if not math.isinf(value) else str(value)
+        return str(int(value))
     return re.sub(r"[^A-Za-z0-9.+-]", "_", str(value))
 
 
@@ -179,6 +174,13 @@ MAX_NAME = 120
 
 def _digest(point: Point) -> str:
     return hashlib.sha1(repr(sorted(point.items())).encode()).hexdigest()[:8]
+
+
+def _short_key(key: str) -> str:
+    """``algorithm.name`` -> ``algorithm``, ``protocol.kind`` -> ``protocol``, else the
+    key's last part."""
+    table, _, rest = key.partition(".")
+    return table if CHOOSERS.get(table) == rest else key.split(".")[-1]
 
 
 def point_names(points: list[Point], default: str) -> list[str]:
@@ -192,14 +194,7 @@ def point_names(points: list[Point], default: str) -> list[str]:
     """
     names = []
     for point in points:
-        short = [
-            k.split(".")[0]
-            if k.split(".")[0] in CHOOSERS
-            and k.count(".") == 1
-            and k.endswith(f".{CHOOSERS[k.split('.')[0]]}")
-            else k.split(".")[-1]
-            for k in point
-        ]
+        short = [_short_key(k) for k in point]
         parts = [
             f"{tail if short.count(tail) == 1 else key}={_text(value)}"
             for key, tail, value in zip(point, short, point.values(), strict=True)
@@ -243,8 +238,8 @@ def _comparable(scenario: Scenario) -> dict[str, Any]:
     return {k: v for k, v in data.items() if k not in ("output", "versions", "compare")}
 
 
-def _complete(run_dir: Path, scenario: Scenario) -> bool:
-    """Whether ``run_dir`` is a finished run of ``scenario`` (refused if it holds another)."""
+def _check_finished(run_dir: Path, scenario: Scenario) -> None:
+    """Refuse ``run_dir`` unless it is a finished run of ``scenario``."""
     resolved = run_dir / "scenario.resolved.toml"
     if not (run_dir / "summary.json").is_file() or not resolved.is_file():
         raise ConfigError(
@@ -258,7 +253,6 @@ def _complete(run_dir: Path, scenario: Scenario) -> bool:
             f"{run_dir} holds a run of different settings than this sweep point; "
             "choose another --out or remove it",
         )
-    return True
 
 
 def plan_sweep(
@@ -281,10 +275,10 @@ def plan_sweep(
         point_data = apply_point(data, point)
         scenario = load_scenario(point_data)  # every point valid before the first run
         out = runs_dir / name
-        done = False
-        if out.exists() and resume:
-            done = _complete(out, scenario)
-        elif out.exists():
+        done = out.exists()
+        if done and resume:
+            _check_finished(out, scenario)
+        elif done:
             raise ConfigError(
                 "--out",
                 f"{out} already exists; add --resume to skip finished points, or choose "
@@ -317,13 +311,11 @@ def _run_point(data: dict[str, Any], out: str, options: dict[str, Any]) -> str:
 
 
 def _worker_start(imports: Sequence[str], threads: int) -> None:
-    import logging as logging_
-
     import torch
 
     from mecsim.plugins import load_plugins
 
-    logging_.basicConfig(level=logging_.WARNING, format="%(message)s")
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
     torch.set_num_threads(threads)
     load_plugins(imports)
 

@@ -87,3 +87,11 @@ def test_headless_chromium_shows_the_tables_and_the_plots(runs, tmp_path):
     ):
         close = np.abs(pixels * 255 - np.array(rgb)).max(axis=-1) < tolerance
         assert close.sum() > least, rgb
+
+
+def test_svg_only_figures_are_inlined_too(runs, tmp_path):
+    from mecsim.comparison import Figures
+
+    compare(runs, [0.5], tmp_path / "cmp", figures=Figures(formats=["svg"]))
+    page = (tmp_path / "cmp" / "report.html").read_text()
+    assert page.count('src="data:image/svg+xml;base64,') == 2  # curves, gantt
