@@ -3,7 +3,7 @@
 FLOPs are metered, not declared. A training step's FLOPs are what PyTorch
 dispatches for it: :class:`StepMeter` runs one step of the task's real loss
 (forward of every model the loss calls, then ``autograd.grad`` with respect
-to the trainable parameters) under ``torch.utils.flop_counter`` on a
+to the trainable parameters) under :class:`~mecsim.models.flops.FlopCount` on a
 zero batch of the step's shape, and caches the count per (architecture,
 task, trainable set, batch sizes). So backward is charged only for what
 autograd runs: weight gradients of trainable layers and input gradients
@@ -19,9 +19,9 @@ from __future__ import annotations
 from collections.abc import Hashable, Mapping
 
 import torch
-from torch.utils.flop_counter import FlopCounterMode
 
 from mecsim.devices import DeviceProfile
+from mecsim.models.flops import FlopCount
 from mecsim.state import ModelState, TensorDict
 from mecsim.training import Loss, ModelFunction
 
@@ -79,11 +79,11 @@ def _count_step(
     params = {**{k: v.detach() for k, v in start.params.items()}, **leaves}
     buffers = {k: v.clone() for k, v in start.buffers.items()}
     function.model.train()
-    with FlopCounterMode(display=False) as counter:
+    with FlopCount() as counter:
         value = loss(function.bind(params, buffers), params, batch, consts)
         if names:
             torch.autograd.grad(value, [leaves[k] for k in names], allow_unused=True)
-    return int(counter.get_total_flops())
+    return counter.total
 
 
 def compute_cost(flops: float, device: DeviceProfile) -> tuple[float, float]:

@@ -3,8 +3,12 @@
 Jobs of one task that share an architecture and an effective batch size
 ``b = min(batch_size, n_i)`` are stacked: parameters, buffers (BatchNorm
 running statistics included), momentum and loss constants gain a leading
-client dimension, and every SGD step is one ``vmap(grad(loss))`` call over
-the group. Each client keeps its own seeded batch order (gathered from the
+client dimension, and every SGD step is one vmapped loss over the group,
+differentiated by plain autograd: clients are independent, so the gradient
+of the summed client losses with respect to the stacked parameters is every
+client's own gradient. (This beats ``vmap(grad(loss))`` by about 1.4x per
+step on a CPU, and does not import ``torch._dynamo``, which ``torch.func.grad``
+pulls in at its first call: 0.8 s of start-up.) Each client keeps its own seeded batch order (gathered from the
 on-device dataset tensors) and its own step count: a client that has done
 its steps is masked (its state stops changing), never padded into extra
 steps. Because the serial trainer draws batches the same way (every batch
@@ -19,7 +23,7 @@ from collections.abc import Sequence
 
 import torch
 from torch import Tensor
-from torch.func import grad, vmap
+from torch.func import vmap
 
 from mecsim.executors.base import (
     TaskBatch,
@@ -103,13 +107,21 @@ def train_batched(
         value = loss(function.bind(current, buffers), current, batch, consts)
         return value, buffers
 
-    step = vmap(grad(step_loss, has_aux=True))
+    losses = vmap(step_loss)
     momentum: TensorDict = {}
     function.model.train()
     for t in range(total):
         batch = gather(template, {name: b[t] for name, b in batches.items()})
-        grads, new_buffers = step(learn, frozen, buffers, batch, constants)
-        new_learn, new_momentum = sgd_update(learn, grads, momentum, schedule)
+        leaves = {n: v.requires_grad_(True) for n, v in learn.items()}
+        values, new_buffers = losses(leaves, frozen, buffers, batch, constants)
+        # clients are independent: the gradient of the sum is each client's own gradient
+        grads = dict(
+            zip(names, torch.autograd.grad(values.sum(), list(leaves.values())), strict=True)
+        )
+        with torch.no_grad():
+            new_learn, new_momentum = sgd_update(learn, grads, momentum, schedule)
+        new_learn = {n: v.detach() for n, v in new_learn.items()}
+        new_buffers = {n: v.detach() for n, v in new_buffers.items()}
         if t < int(steps.min()):
             learn, buffers, momentum = new_learn, new_buffers, new_momentum
         else:
@@ -117,6 +129,7 @@ def train_batched(
             learn = _select(active, new_learn, learn)
             buffers = _select(active, new_buffers, buffers)
             momentum = _select(active, new_momentum, momentum)
+        learn = {n: v.detach() for n, v in learn.items()}
     size = batches[primary].shape[2]
     return [
         TrainResult(

@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 from torch import nn
+from torch.utils.flop_counter import FlopCounterMode
 
 import mecsim.models.flops as flops_module
-from mecsim.models import build_model, forward_flops_per_sample
+from mecsim.models import MODELS, build_model, forward_flops_per_sample
 
 
 def test_linear_layer_is_two_flops_per_multiply_add():
@@ -46,12 +47,12 @@ def test_counting_leaves_the_model_untouched():
 def test_each_architecture_is_counted_once(monkeypatch):
     counted = []
 
-    class CountingMode(flops_module.FlopCounterMode):
-        def __init__(self, *args, **kwargs):
+    class CountingMode(flops_module.FlopCount):
+        def __init__(self) -> None:
             counted.append(1)
-            super().__init__(*args, **kwargs)
+            super().__init__()
 
-    monkeypatch.setattr(flops_module, "FlopCounterMode", CountingMode)
+    monkeypatch.setattr(flops_module, "FlopCount", CountingMode)
     monkeypatch.setattr(flops_module, "_CACHE", {})
     first = build_model("cnn-comet", input_shape=(1, 8, 8), num_classes=10, seed=0)
     second = build_model("cnn-comet", input_shape=(1, 8, 8), num_classes=10, seed=1)
@@ -61,6 +62,36 @@ def test_each_architecture_is_counted_once(monkeypatch):
 
     assert len(counted) == 2
     assert values[0] == values[1] != values[2]
+
+
+@pytest.mark.parametrize("name", sorted(MODELS.names()))
+@pytest.mark.parametrize("shape", [(1, 8, 8), (3, 32, 32)])
+def test_flop_count_agrees_with_torchs_flop_counter_on_a_training_step(name, shape):
+    model = build_model(name, input_shape=shape, num_classes=10, seed=0).train()
+    x, y = torch.zeros(4, *shape), torch.zeros(4, dtype=torch.long)
+
+    def step() -> None:
+        loss = nn.functional.cross_entropy(model(x), y)
+        torch.autograd.grad(loss, list(model.parameters()))
+
+    with FlopCounterMode(display=False) as reference:
+        step()
+    with flops_module.FlopCount() as ours:
+        step()
+
+    assert ours.total == reference.get_total_flops() > 0
+
+
+def test_a_model_with_unknown_modules_is_counted():
+    class Bilinear(nn.Module):  # a matrix product outside any Linear or Conv layer
+        def __init__(self) -> None:
+            super().__init__()
+            self.w = nn.Parameter(torch.ones(6, 4))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.flatten(x, 1) @ self.w
+
+    assert forward_flops_per_sample(Bilinear(), (1, 2, 3)) == 2 * 6 * 4
 
 
 @pytest.mark.parametrize("shape", [(1, 8, 8), (3, 32, 32)])
