@@ -8,12 +8,14 @@ differentiated by plain autograd: clients are independent, so the gradient
 of the summed client losses with respect to the stacked parameters is every
 client's own gradient. (This beats ``vmap(grad(loss))`` by about 1.4x per
 step on a CPU, and does not import ``torch._dynamo``, which ``torch.func.grad``
-pulls in at its first call: 0.8 s of start-up.) Each client keeps its own seeded batch order (gathered from the
-on-device dataset tensors) and its own step count: a client that has done
-its steps is masked (its state stops changing), never padded into extra
-steps. Because the serial trainer draws batches the same way (every batch
-has exactly ``b`` samples), results equal the serial executor's within
-float tolerance.
+pulls in at its first call: 0.8 s of start-up.)
+
+Each client keeps its own seeded batch order (gathered from the on-device
+dataset tensors) and its own step count: clients are stacked longest
+first, and a client that has done its steps leaves the stack, so no step
+computes a finished client and none is padded into extra steps. Because
+the serial trainer draws batches the same way (every batch has exactly
+``b`` samples), results equal the serial executor's within float tolerance.
 """
 
 from __future__ import annotations
@@ -22,7 +24,6 @@ from collections import defaultdict
 from collections.abc import Sequence
 
 import torch
-from torch import Tensor
 from torch.func import vmap
 
 from mecsim.executors.base import (
@@ -48,13 +49,8 @@ def _stack(dicts: Sequence[TensorDict]) -> TensorDict:
     return {k: torch.stack([d[k] for d in dicts]) for k in dicts[0]} if dicts else {}
 
 
-def _select(mask: Tensor, new: TensorDict, old: TensorDict) -> TensorDict:
-    """Per client: ``new`` where ``mask`` is True, else ``old``."""
-    out = {}
-    for k, v in new.items():
-        m = mask.view(-1, *([1] * (v.dim() - 1)))
-        out[k] = torch.where(m, v, old[k]) if k in old else v
-    return out
+def _prefix(tensors: TensorDict, n: int) -> TensorDict:
+    return {k: v[:n] for k, v in tensors.items()}
 
 
 def train_batched(
@@ -67,38 +63,36 @@ def train_batched(
 ) -> list[TrainResult]:
     """Train several clients of one architecture in lockstep; same results as ``train``.
 
-    All clients must have the same effective batch size per split.
+    All clients must have the same effective batch size per split. Clients
+    are stacked longest first, so the ones still training are always a
+    prefix of the stack: when a client has done its steps its state is set
+    aside and the stack shrinks, and no step computes a finished client.
     """
-    k = len(starts)
     primary = next(iter(splits[0]))
-    steps_each = [schedule.num_steps(len(s[primary].indices)) for s in splits]
-    orders = [step_batches(s, n) for s, n in zip(splits, steps_each, strict=True)]
+    steps_of = [schedule.num_steps(len(s[primary].indices)) for s in splits]
+    rank = sorted(range(len(starts)), key=lambda i: -steps_of[i])  # longest first (stable)
+    orders = [step_batches(splits[i], steps_of[i]) for i in rank]
     for name in orders[0]:
         sizes = {o[name].shape[1] for o in orders}
         if len(sizes) != 1:
             raise ValueError(f"train_batched needs one batch size per group, got {sorted(sizes)}")
-    total = max(steps_each)
-    steps = torch.tensor(steps_each, device=splits[0][primary].indices.device)
-    # per split: [total, k, b] sample indices; a finished client repeats its last batch (masked)
+    steps = [steps_of[i] for i in rank]  # non-increasing
+    total = steps[0]
+    # per split: [total, k, b] sample indices; a finished client's rows are never read
     batches = {
         name: torch.stack(
-            [
-                torch.cat([o[name], o[name][-1:].expand(total - len(o[name]), -1)])
-                if len(o[name]) < total
-                else o[name]
-                for o in orders
-            ],
+            [torch.cat([o[name], o[name][-1:].expand(total - len(o[name]), -1)]) for o in orders],
             dim=1,
         )
         for name in orders[0]
     }
     trainable = schedule.trainable
-    params = _stack([s.params for s in starts])
+    params = _stack([starts[i].params for i in rank])
     names = [n for n in params if trainable is None or n in trainable]
     learn = {n: params[n] for n in names}
     frozen = {n: v for n, v in params.items() if n not in learn}
-    buffers = _stack([s.buffers for s in starts])
-    constants = _stack(list(consts)) if consts and consts[0] else {}
+    buffers = _stack([starts[i].buffers for i in rank])
+    constants = _stack([consts[i] for i in rank]) if consts and consts[0] else {}
     template = splits[0]
 
     def step_loss(learn, frozen, buffers, batch, consts):
@@ -109,39 +103,49 @@ def train_batched(
 
     losses = vmap(step_loss)
     momentum: TensorDict = {}
+    finished: list[ModelState] = []  # in stack order, filled from the end
+    active = len(rank)
     function.model.train()
     for t in range(total):
-        batch = gather(template, {name: b[t] for name, b in batches.items()})
-        leaves = {n: v.requires_grad_(True) for n, v in learn.items()}
+        still = sum(1 for n in steps if n > t)
+        if still < active:  # clients [still, active) are done: set their state aside
+            for position in reversed(range(still, active)):
+                finished.append(_state_at(position, learn, frozen, buffers, params))
+            learn, frozen, buffers = (
+                _prefix(learn, still),
+                _prefix(frozen, still),
+                _prefix(buffers, still),
+            )
+            momentum, constants = _prefix(momentum, still), _prefix(constants, still)
+            active = still
+        batch = gather(template, {name: b[t, :active] for name, b in batches.items()})
+        leaves = {n: v.detach().requires_grad_(True) for n, v in learn.items()}
         values, new_buffers = losses(leaves, frozen, buffers, batch, constants)
         # clients are independent: the gradient of the sum is each client's own gradient
         grads = dict(
             zip(names, torch.autograd.grad(values.sum(), list(leaves.values())), strict=True)
         )
         with torch.no_grad():
-            new_learn, new_momentum = sgd_update(learn, grads, momentum, schedule)
-        new_learn = {n: v.detach() for n, v in new_learn.items()}
-        new_buffers = {n: v.detach() for n, v in new_buffers.items()}
-        if t < int(steps.min()):
-            learn, buffers, momentum = new_learn, new_buffers, new_momentum
-        else:
-            active = t < steps
-            learn = _select(active, new_learn, learn)
-            buffers = _select(active, new_buffers, buffers)
-            momentum = _select(active, new_momentum, momentum)
-        learn = {n: v.detach() for n, v in learn.items()}
-    size = batches[primary].shape[2]
-    return [
-        TrainResult(
-            ModelState(
-                {n: (learn[n][i] if n in learn else frozen[n][i]) for n in params},
-                {n: b[i] for n, b in buffers.items()},
-            ),
-            int(steps[i]),
-            int(steps[i]) * size,
-        )
-        for i in range(k)
-    ]
+            learn, momentum = sgd_update(learn, grads, momentum, schedule)
+        buffers = {n: v.detach() for n, v in new_buffers.items()}
+    for position in reversed(range(active)):
+        finished.append(_state_at(position, learn, frozen, buffers, params))
+    finished.reverse()
+    size = orders[0][primary].shape[1]
+    results: list[TrainResult | None] = [None] * len(rank)
+    for position, client in enumerate(rank):
+        results[client] = TrainResult(finished[position], steps[position], steps[position] * size)
+    return results  # type: ignore[return-value]
+
+
+def _state_at(
+    position: int, learn: TensorDict, frozen: TensorDict, buffers: TensorDict, names: TensorDict
+) -> ModelState:
+    """Client ``position``'s state in the stack (parameters in the model's order)."""
+    return ModelState(
+        {n: (learn[n][position] if n in learn else frozen[n][position]).detach() for n in names},
+        {n: b[position] for n, b in buffers.items()},
+    )
 
 
 def train_grouped(
