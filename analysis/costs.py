@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 PHASES = ("upload", "download", "compute", "server")
@@ -53,20 +54,29 @@ def idle_seconds(events: pd.DataFrame, rounds: pd.DataFrame) -> pd.Series:
     computing or uploading (overlaps count once). Asynchronous clients, which
     start their next job as soon as one ends, come out near zero.
     """
-    clients = events[events["client"] >= 0]
+    keys = ["round", "client"]
+    clients = events.loc[events["client"] >= 0, [*keys, "phase", "t_start", "t_end"]]
+    if clients.empty:
+        return pd.Series(dtype=float)
+    span = clients.groupby(keys).agg(start=("t_start", "min"), last=("t_end", "max"))
     ends = rounds.set_index("round")["t_end"] if len(rounds) else pd.Series(dtype=float)
-    idle: dict[int, float] = {}
-    for (round_, client), rows in clients.groupby(["round", "client"]):
-        busy_rows = rows[rows["phase"].str.startswith(BUSY)]
-        start = float(rows["t_start"].min())
-        stop = max(float(ends.get(round_, rows["t_end"].max())), float(rows["t_end"].max()))
-        busy, reach = 0.0, start
-        for a, b in sorted(zip(busy_rows["t_start"], busy_rows["t_end"], strict=True)):
-            if b > reach:
-                busy += b - max(a, reach)
-                reach = b
-        idle[int(client)] = idle.get(int(client), 0.0) + max(stop - start - busy, 0.0)
-    return pd.Series(idle, dtype=float).sort_index()
+    round_end = ends.reindex(span.index.get_level_values("round")).to_numpy()
+    last = span["last"].to_numpy()
+    stop = np.fmax(np.where(np.isnan(round_end), last, round_end), last)
+    # busy time: the union of the busy intervals, swept in start order per (round, client)
+    busy = clients[clients["phase"].str.startswith(BUSY)].sort_values([*keys, "t_start", "t_end"])
+    by_key = [busy["round"], busy["client"]]
+    reached = busy.groupby(by_key)["t_end"].cummax().groupby(by_key).shift()  # before each row
+    first = span["start"].reindex(pd.MultiIndex.from_frame(busy[keys])).to_numpy()
+    reach = np.fmax(reached.to_numpy(), first)
+    covered = np.clip(
+        busy["t_end"].to_numpy() - np.maximum(busy["t_start"].to_numpy(), reach), 0, None
+    )
+    busy_s = pd.Series(covered, index=busy.index).groupby(by_key).sum()
+    busy_s = busy_s.reindex(span.index, fill_value=0.0).to_numpy()
+    idle = np.clip(stop - span["start"].to_numpy() - busy_s, 0.0, None)
+    per_client = pd.Series(idle, index=span.index.get_level_values("client")).groupby(level=0).sum()
+    return per_client.astype(float).sort_index()
 
 
 def summarize(

@@ -1,5 +1,3 @@
-import sys
+from mecsim.cli import entry
 
-from mecsim.cli import main
-
-sys.exit(main())
+entry()

@@ -7,6 +7,7 @@ tables as pandas DataFrames.
 from __future__ import annotations
 
 import json
+import threading
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -386,6 +387,8 @@ def run(
     if resume and not write:
         raise ConfigError("--resume", "resume continues a run directory; it needs write=True")
     run_dir = None
+    if write:
+        _import_writers_in_background()
     if write:  # claim the target before any work: no other run can take it meanwhile
         if out is not None:
             run_dir = claim_run_dir(Path(out), sc.output.overwrite)
@@ -602,6 +605,18 @@ def _run(
             checkpointer.path.unlink(missing_ok=True)
         log.info("wrote %s", run_dir)
     return result
+
+
+def _import_writers_in_background() -> None:
+    """Import what writing the run directory needs (matplotlib, pyarrow's Parquet writer:
+    0.4-0.5 s) on a daemon thread while the run trains: torch kernels release the GIL."""
+
+    def load() -> None:
+        import pyarrow.parquet  # noqa: F401
+
+        import mecsim.analysis.plots  # noqa: F401
+
+    threading.Thread(target=load, name="mecsim-import-writers", daemon=True).start()
 
 
 def write_run_directory(result: RunResult, run_dir: Path) -> None:

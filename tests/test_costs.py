@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 import pytest
-from mecsim.analysis.costs import summarize, time_split
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from mecsim.analysis.costs import idle_seconds, summarize, time_split
 
 
 def _event(round_, client, phase, start, end, direction="none", role="none", nbytes=0):
@@ -76,3 +79,60 @@ def test_summary_separates_the_public_download():
     assert summary["public_download_s"] == pytest.approx(4.0)
     assert summary["bytes_down_total"] == 200 + 4 * 10  # receivers' bytes, rounds included
     assert summary["bytes_up_total"] == 4 * 7
+
+
+def _idle_by_sweep(events: pd.DataFrame, rounds: pd.DataFrame) -> dict[int, float]:
+    """Reference: one interval sweep per (round, client), written as a plain loop."""
+    ends = dict(zip(rounds["round"], rounds["t_end"], strict=True))
+    idle: dict[int, float] = {}
+    for (round_, client), rows in events[events["client"] >= 0].groupby(["round", "client"]):
+        stop = max(ends.get(round_, rows["t_end"].max()), rows["t_end"].max())
+        start, busy, reach = rows["t_start"].min(), 0.0, rows["t_start"].min()
+        spans = rows[rows["phase"].str.startswith(("download", "compute", "upload"))]
+        for a, b in sorted(zip(spans["t_start"], spans["t_end"], strict=True)):
+            if b > reach:
+                busy, reach = busy + b - max(a, reach), b
+        idle[int(client)] = idle.get(int(client), 0.0) + max(stop - start - busy, 0.0)
+    return idle
+
+
+def test_idle_seconds_counts_overlapping_busy_spans_once():
+    events = pd.DataFrame(
+        {
+            "round": [0, 0, 0, 0, 1, -1],
+            "client": [0, 0, 0, 1, 0, 0],
+            "phase": ["download", "compute", "upload", "compute", "wait:up", "download:public"],
+            "t_start": [0.0, 1.0, 2.5, 0.0, 10.0, -3.0],
+            "t_end": [2.0, 3.0, 4.0, 1.0, 11.0, -1.0],
+        }
+    )
+    rounds = pd.DataFrame({"round": [0, 1], "t_end": [6.0, 12.0]})
+
+    idle = idle_seconds(events, rounds)
+
+    # client 0: round 0 busy [0, 4] of [0, 6] -> 2; round 1 waits [10, 12] -> 2;
+    # round -1 (not in the rounds table) ends with its last event -> 0
+    assert idle.to_dict() == {0: 4.0, 1: 5.0}
+
+
+@given(st.integers(0, 10_000))
+@settings(max_examples=30, deadline=None)
+def test_idle_seconds_equals_a_plain_interval_sweep(seed):
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 40))
+    starts = rng.uniform(0, 10, n).round(1)
+    events = pd.DataFrame(
+        {
+            "round": rng.integers(-1, 3, n),
+            "client": rng.integers(-1, 4, n),
+            "phase": rng.choice(["download", "compute:personal", "upload", "wait:up"], n),
+            "t_start": starts,
+            "t_end": starts + rng.uniform(0, 3, n).round(1),
+        }
+    )
+    rounds = pd.DataFrame({"round": [0, 1, 2], "t_end": [6.0, 9.0, 14.0]})
+
+    ours = idle_seconds(events, rounds)
+    assert set(ours.index) == set(_idle_by_sweep(events, rounds))
+    for client, value in _idle_by_sweep(events, rounds).items():
+        assert ours[client] == pytest.approx(value, abs=1e-9)
