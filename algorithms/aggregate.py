@@ -17,7 +17,8 @@ def weighted_average(payloads: Sequence[Payload], weights: Sequence[float]) -> P
     a subset of layers) average correctly. Keys appear in first-seen order.
     Floating tensors are averaged; integer tensors (BatchNorm's
     ``num_batches_tracked``) take the weighted average rounded down, which
-    keeps them integers.
+    keeps them integers. Sums run in float64, in payload order, one payload at
+    a time (stacking 1,000 payloads first took 1.6 GB for a 0.4 MB model).
     """
     if not payloads:
         raise ValueError("weighted_average needs at least one payload")
@@ -37,11 +38,9 @@ def weighted_average(payloads: Sequence[Payload], weights: Sequence[float]) -> P
         if total <= 0:
             raise ValueError(f"weights of the payloads holding {key!r} must have a positive sum")
         first = holders[0][0]
-        stacked = torch.stack([t.to(torch.float64) for t, _ in holders])
-        coef = torch.tensor(
-            [w / total for _, w in holders], dtype=torch.float64, device=first.device
-        )
-        mean = torch.tensordot(coef, stacked, dims=1)
+        mean = torch.zeros(first.shape, dtype=torch.float64, device=first.device)
+        for tensor, weight in holders:  # a running sum: memory of one model, not of K
+            mean.add_(tensor.to(torch.float64), alpha=weight / total)
         averaged[key] = (
             mean.to(first.dtype) if first.is_floating_point() else mean.floor().to(first.dtype)
         )

@@ -16,11 +16,12 @@ import argparse
 import time
 
 import torch
+from mecsim.algorithms.losses import cross_entropy_loss
 
 from mecsim.executors import train_batched
 from mecsim.models import build_model
 from mecsim.state import ModelState
-from mecsim.training import Schedule, train
+from mecsim.training import ModelFunction, Schedule, SplitData, train
 
 CASES = {
     "cnn-small": ((1, 8, 8), 10),
@@ -43,37 +44,38 @@ def bench(
 ) -> dict:
     shape, classes = CASES[model_name]
     model = build_model(model_name, input_shape=shape, num_classes=classes, seed=0).to(device)
+    function = ModelFunction(model)
+    loss = cross_entropy_loss("train")
     per_client = steps * batch
     x = torch.randn(clients * per_client, *shape, device=device)
     y = torch.randint(0, classes, (len(x),), device=device)
-    indices = [
-        torch.arange(i * per_client, (i + 1) * per_client, device=device) for i in range(clients)
-    ]
     start = ModelState.of(model)
-    schedule = Schedule(steps=steps, batch_size=batch, lr=0.01, momentum=0.5)
-    bound_schedule = Schedule(steps=steps, batch_size=clients * batch, lr=0.01, momentum=0.5)
-    everything = torch.arange(len(x), device=device)
+    schedule = Schedule(epochs=1, batch_size=batch, lr=0.01, momentum=0.5)
+    bound_schedule = Schedule(epochs=1, batch_size=clients * batch, lr=0.01, momentum=0.5)
 
-    def gens():
-        return [torch.Generator(device=device).manual_seed(i) for i in range(clients)]
+    def splits(size: int, count: int) -> list[dict[str, SplitData]]:
+        return [
+            {
+                "train": SplitData(
+                    x,
+                    y,
+                    torch.arange(i * len(x) // count, (i + 1) * len(x) // count, device=device),
+                    size,
+                    torch.Generator(device=device).manual_seed(i),
+                )
+            }
+            for i in range(count)
+        ]
 
     def serial():
-        for idx, g in zip(indices, gens(), strict=True):
-            train(model, start, x, y, idx, schedule, g)
+        for split in splits(batch, clients):
+            train(function, start, split, schedule, loss)
 
     def batched():
-        train_batched(model, [start] * clients, x, y, indices, schedule, gens())
+        train_batched(function, [start] * clients, splits(batch, clients), schedule, loss)
 
-    def bound():
-        train(
-            model,
-            start,
-            x,
-            y,
-            everything,
-            bound_schedule,
-            torch.Generator(device=device).manual_seed(0),
-        )
+    def bound():  # one model, the same samples, batches of clients x batch
+        train(function, start, splits(clients * batch, 1)[0], bound_schedule, loss)
 
     for fn in (serial, batched, bound):  # warm-up (allocator, kernels)
         fn()

@@ -7,8 +7,8 @@ tables as pandas DataFrames.
 from __future__ import annotations
 
 import json
-import threading
 import logging
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,6 +39,7 @@ from mecsim.distributions import sample_attribute
 from mecsim.errors import ConfigError
 from mecsim.evaluation import CurveEvaluator, Evaluator
 from mecsim.executors import Executor, TrainingContext, make_executor
+from mecsim.executors.calibration import Calibration, calibrate
 from mecsim.executors.cost_only import CostOnlyExecutor
 from mecsim.faults import Faults
 from mecsim.models import build_model, forward_flops_per_sample
@@ -308,35 +309,40 @@ def build_models(
     return ModelCatalog(architectures, tuple(assigned), sc.model.names[0]), per_sample
 
 
-AUTO_SERIAL_FLOPS = 50e6
-"""Per-sample forward FLOPs above which ``auto`` picks serial on a CPU.
-
-Measured (benchmarks/bench_local_training.py, 2 CPU cores): batched is 4.9x
-faster than serial for 50 cnn-small clients (0.18 MFLOPs/sample) but 2x
-slower for 10 ResNet-18 clients (0.56 GFLOPs/sample), whose vmapped
-convolutions become grouped convolutions that the CPU kernels run poorly."""
-
-
-def choose_executor(name: str, device: torch.device, per_sample_flops: int) -> str:
-    """Resolve ``auto``: batched on a GPU or for small models, serial for large models on a CPU."""
-    if name != "auto":
-        return name
-    if device.type == "cpu" and per_sample_flops > AUTO_SERIAL_FLOPS:
-        return "serial"
-    return "batched"
-
-
-def executor_name(sc: Scenario, ctx: TrainingContext, name: str | None) -> str:
-    """The executor that runs: ``cost_only``, or the requested one with ``auto`` resolved."""
+def plan_executor(
+    sc: Scenario, ctx: TrainingContext, name: str | None, num_classes: int
+) -> tuple[str, Calibration | None]:
+    """The executor that runs (``cost_only``, or the requested one with ``auto`` resolved)
+    and, for ``auto`` and an uncapped ``batched``, the probe that decided and sized it
+    (:mod:`mecsim.executors.calibration`)."""
     if sc.execution.cost_only:
-        return "cost_only"
-    return choose_executor(
-        name or sc.execution.executor, ctx.device, max(ctx.per_sample_flops.values())
+        return "cost_only", None
+    requested = name or sc.execution.executor
+    if requested not in ("auto", "batched") or (
+        requested == "batched" and sc.execution.max_batch_clients is not None
+    ):
+        return requested, None
+    budget = sc.execution.memory_budget_gb
+    per_round = sc.protocol.clients_per_round or max(
+        1, round(sc.protocol.participation * sc.clients.count)
     )
+    calibration = calibrate(
+        ctx.functions[ctx.models.default_name],
+        tuple(ctx.data["train"][0].shape[1:]),
+        num_classes,
+        int(getattr(sc.algorithm, "batch_size", 16)),
+        per_round,
+        ctx.device,
+        requested,
+        None if budget is None else int(budget * 2**30),
+    )
+    return calibration.executor, calibration
 
 
-def build_executor(sc: Scenario, ctx: TrainingContext, name: str) -> Executor:
-    """The executor named by :func:`executor_name`."""
+def build_executor(
+    sc: Scenario, ctx: TrainingContext, name: str, calibration: Calibration | None = None
+) -> Executor:
+    """The executor named by :func:`plan_executor`, batched groups capped by its probe."""
     if name == "cost_only":
         return CostOnlyExecutor(ctx)
     if name == "ray":
@@ -351,7 +357,10 @@ def build_executor(sc: Scenario, ctx: TrainingContext, name: str) -> Executor:
             max_clients=e.max_batch_clients,
         )
     if name == "batched":
-        return make_executor(name, ctx, max_clients=sc.execution.max_batch_clients)
+        cap = sc.execution.max_batch_clients
+        if cap is None and calibration is not None:
+            cap = calibration.max_clients
+        return make_executor(name, ctx, max_clients=cap)
     return make_executor(name, ctx)
 
 
@@ -490,8 +499,8 @@ def _run(
             log.info("%s: starting over; add --resume to continue the interrupted run", path)
     world = build_world(sc, torch_device)
     clients, data, num_train, models = world.clients, world.data, world.num_train, world.models
-    executor_used = executor_name(sc, world.ctx, executor)
-    job_executor = build_executor(sc, world.ctx, executor_used)
+    executor_used, calibration = plan_executor(sc, world.ctx, executor, data.num_classes)
+    job_executor = build_executor(sc, world.ctx, executor_used, calibration)
     evaluator: Any = world.evaluator
     checkpointer = None
     if run_dir is not None:
@@ -591,6 +600,7 @@ def _run(
         ),
         "executor": executor_used,
         "executor_setting": executor or sc.execution.executor,
+        "calibration": None if calibration is None else calibration.as_dict(),
         "device": torch_device.type,
         "protocol": sc.protocol.model_dump(mode="json"),
         "network": sc.network.model_dump(mode="json", exclude_none=True),

@@ -269,9 +269,22 @@ class OutputConfig(Section):
 class ExecutionConfig(Section):
     """How client work runs: backend, Ray cluster, or no training at all (cost-only)."""
 
-    executor: str = Field(default="auto", description="auto | serial | batched | ray")
+    executor: str = Field(
+        default="auto",
+        description="auto (serial or batched, whichever a timed probe finds faster) | serial "
+        "| batched | ray",
+    )
     max_batch_clients: int | None = Field(
-        default=None, ge=1, description="batched: at most this many clients per vmapped group"
+        default=None,
+        ge=1,
+        description="batched: at most this many clients per vmapped group "
+        "(default: as many as memory_budget_gb holds, measured)",
+    )
+    memory_budget_gb: float | None = Field(
+        default=None,
+        gt=0,
+        description="batched: memory one vmapped group may use (default: half the RAM or "
+        "GPU memory available at the start)",
     )
     ray_address: str | None = Field(
         default=None, description="Ray cluster address; None starts a local Ray instance"

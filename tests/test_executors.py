@@ -134,11 +134,57 @@ def test_batched_groups_can_be_capped_without_changing_results(tiny):
     assert_states_close(capped.server_state["global"], whole.server_state["global"])
 
 
-def test_auto_executor_picks_batched_for_small_models_and_serial_for_large_ones_on_cpu():
-    from mecsim.runner import choose_executor
+def _probe(name, shape, requested="auto", budget=None, batch=10):
+    from mecsim.executors.calibration import calibrate
+    from mecsim.models import build_model
+    from mecsim.training import ModelFunction
 
-    cpu = torch.device("cpu")
-    assert choose_executor("auto", cpu, 183_552) == "batched"  # cnn-small on 8x8 digits
-    assert choose_executor("auto", cpu, 1_100_000_000) == "serial"  # resnet18 on 32x32
-    assert choose_executor("auto", torch.device("cuda"), 1_100_000_000) == "batched"
-    assert choose_executor("ray", cpu, 1) == "ray"
+    model = build_model(name, input_shape=shape, num_classes=10, seed=0)
+    return calibrate(
+        ModelFunction(model), shape, 10, batch, 20, torch.device("cpu"), requested, budget
+    )
+
+
+def test_auto_times_a_probe_and_picks_batched_for_a_small_cnn_and_serial_for_resnet18_on_cpu():
+    small = _probe("cnn-small", (1, 8, 8))
+    large = _probe("resnet18", (3, 32, 32))
+
+    assert small.executor == "batched" and small.batched_s < small.serial_s
+    assert large.executor == "serial" and large.serial_s < large.batched_s
+    assert small.probe_clients == large.probe_clients == 4
+
+
+def test_the_memory_probe_grows_with_the_batch_and_sets_the_group_cap_from_the_budget():
+    small_batch = _probe("cnn-small", (1, 28, 28), "batched", batch=4)
+    large_batch = _probe("cnn-small", (1, 28, 28), "batched", batch=64)
+    capped = _probe(
+        "cnn-small", (1, 28, 28), "batched", budget=3 * large_batch.client_bytes + 1, batch=64
+    )
+
+    from mecsim.models import build_model
+
+    model = build_model("cnn-small", input_shape=(1, 28, 28), num_classes=10, seed=0)
+    state = 4 * sum(p.numel() * p.element_size() for p in model.parameters())
+    assert state < small_batch.client_bytes < large_batch.client_bytes
+    assert small_batch.serial_s is None  # batched was asked for: nothing timed
+    assert capped.max_clients == 3 and capped.budget_bytes == 3 * large_batch.client_bytes + 1
+
+
+def test_a_memory_budget_caps_batched_groups_without_changing_results(tiny):
+    from mecsim.runner import build_executor, build_world, plan_executor
+    from mecsim.scenario import load_scenario
+
+    sc = load_scenario(tiny, {"execution.executor": "batched", "execution.memory_budget_gb": 1e-4})
+    world = build_world(sc, torch.device("cpu"))
+    name, calibration = plan_executor(sc, world.ctx, None, 10)
+    executor = build_executor(sc, world.ctx, name, calibration)
+    assert name == "batched" and calibration.max_clients < sc.clients.count
+    assert executor.max_clients == calibration.max_clients
+    assert calibration.max_clients == max(1, int(1e-4 * 2**30) // calibration.client_bytes)
+
+    capped = mecsim.run(tiny, {"execution.memory_budget_gb": 1e-4}, write=False, executor="batched")
+    whole = mecsim.run(tiny, {"execution.max_batch_clients": 100}, write=False, executor="batched")
+    pd.testing.assert_frame_equal(capped.events, whole.events)
+    assert_states_close(capped.server_state["global"], whole.server_state["global"])
+    assert capped.summary["calibration"]["max_clients"] == calibration.max_clients
+    assert whole.summary["calibration"] is None  # a cap given by hand: nothing probed
