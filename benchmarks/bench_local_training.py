@@ -83,6 +83,10 @@ def bench(
         name: min(timed(fn, device) for _ in range(repeat))
         for name, fn in (("serial", serial), ("batched", batched), ("bound", bound))
     }
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+        batched()
+        best["peak_gib"] = torch.cuda.max_memory_allocated(device) / 2**30
     return best
 
 
@@ -100,8 +104,16 @@ def main() -> None:
     )
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument(
+        "--cudnn-benchmark",
+        action="store_true",
+        help="let cuDNN time its convolution algorithms (deterministic ones only)",
+    )
     args = parser.parse_args()
     device = torch.device(args.device)
+    if args.cudnn_benchmark:
+        torch.backends.cudnn.benchmark = True
+        torch.backends.cudnn.deterministic = True
     print(f"device={device} torch={torch.__version__} threads={torch.get_num_threads()}")
     print(
         f"{'model':<10} {'clients':>7} {'steps':>5} {'serial s':>9} {'batched s':>9} {'bound s':>8}"
@@ -114,9 +126,10 @@ def main() -> None:
             if resnet and k > args.resnet_max_clients:
                 continue
             t = bench(name, k, steps, args.batch, device, 1 if resnet else args.repeat)
+            peak = f" {t['peak_gib']:>6.2f} GiB peak (batched)" if "peak_gib" in t else ""
             print(
                 f"{name:<10} {k:>7} {steps:>5} {t['serial']:>9.3f} {t['batched']:>9.3f} {t['bound']:>8.3f}"
-                f" {t['serial'] / t['batched']:>13.2f}x {t['batched'] / t['bound']:>12.2f}x",
+                f" {t['serial'] / t['batched']:>13.2f}x {t['batched'] / t['bound']:>12.2f}x{peak}",
                 flush=True,
             )
 

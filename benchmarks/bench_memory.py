@@ -12,11 +12,12 @@ from __future__ import annotations
 import argparse
 
 import torch
+from mecsim.algorithms.losses import cross_entropy_loss
 
 from mecsim.executors import train_batched
 from mecsim.models import build_model
 from mecsim.state import ModelState, payload_nbytes
-from mecsim.training import Schedule
+from mecsim.training import ModelFunction, Schedule, SplitData
 
 GIB = 2**30
 
@@ -46,21 +47,26 @@ def main() -> None:
         return
     device = torch.device("cuda")
     model.to(device)
+    function = ModelFunction(model)
     start = state.to(device)
     group = args.max_batch_clients or k
     x = torch.randn(group * 10, 3, 32, 32, device=device)
     y = torch.randint(0, 10, (len(x),), device=device)
-    indices = [torch.arange(i * 10, (i + 1) * 10, device=device) for i in range(group)]
+    splits = [
+        {
+            "train": SplitData(
+                x,
+                y,
+                torch.arange(i * 10, (i + 1) * 10, device=device),
+                10,
+                torch.Generator(device=device).manual_seed(i),
+            )
+        }
+        for i in range(group)
+    ]
+    schedule = Schedule(steps=2, batch_size=10, lr=0.01, momentum=0.5)
     torch.cuda.reset_peak_memory_stats()
-    train_batched(
-        model,
-        [start] * group,
-        x,
-        y,
-        indices,
-        Schedule(steps=2, batch_size=10, lr=0.01, momentum=0.5),
-        [torch.Generator(device=device).manual_seed(i) for i in range(group)],
-    )
+    train_batched(function, [start] * group, splits, schedule, cross_entropy_loss("train"))
     torch.cuda.synchronize()
     print(
         f"measured peak GPU memory, one batched group of {group} clients (2 steps, batch 10):"

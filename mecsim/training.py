@@ -170,7 +170,8 @@ def step_batches(splits: Mapping[str, SplitData], steps: int) -> dict[str, Tenso
     out = {}
     for name, split in splits.items():
         size = min(split.batch_size, len(split.indices))
-        out[name] = split.indices[batch_order(len(split.indices), steps, size, split.generator)]
+        order = batch_order(len(split.indices), steps, size, split.generator)
+        out[name] = split.indices[order.to(split.indices.device)]
     return out
 
 

@@ -154,13 +154,14 @@ class TaskBatch:
     data: dict[str, tuple[Tensor, Tensor | None]]
 
     def generator(self, position: int, split: str | None = None) -> torch.Generator:
-        """The batch-order stream of job ``position``: (seed, "batches", client, round, task[, split])."""
+        """The batch-order stream of job ``position``: (seed, "batches", client, round, task[, split]).
+
+        Always a CPU generator, so the batch order (hence the result) does not depend on
+        the device that trains: CUDA's ``randperm`` draws other permutations from a seed.
+        """
         job = self.jobs[position]
         extra = () if split is None or split == self.task.split else (split,)
-        device = self.data["train"][0].device
-        return torch_generator(
-            self.seed, "batches", job.client, job.round, self.task.name, *extra, device=device
-        )
+        return torch_generator(self.seed, "batches", job.client, job.round, self.task.name, *extra)
 
     def splits(self, position: int) -> dict[str, SplitData]:
         """The splits job ``position`` reads, the task's own first, with their batch streams."""

@@ -1,0 +1,47 @@
+"""The CUDA path: runs only where a CUDA device exists (skipped elsewhere)."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+import torch
+
+import mecsim
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+@pytest.fixture
+def full_float32(monkeypatch):
+    """CUDA's convolutions and matmuls in float32, not TF32, so CPU and GPU agree closely."""
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
+
+
+@pytest.mark.parametrize("algorithm", ["fedavg", "scd"])
+def test_batched_and_serial_on_cuda_give_the_cpu_tables(tiny, algorithm, full_float32):
+    overrides = {"algorithm.name": algorithm}
+    cpu = mecsim.run(tiny, overrides, write=False, executor="serial")
+    batched = mecsim.run(tiny, overrides, write=False, executor="batched", device="cuda")
+    serial = mecsim.run(tiny, overrides, write=False, executor="serial", device="cuda")
+
+    for result in (batched, serial):
+        pd.testing.assert_frame_equal(result.events, cpu.events)  # costs depend on shapes only
+        assert result.summary["device"] == "cuda"
+    for name, value in serial.server_state["global"].params.items():
+        torch.testing.assert_close(
+            batched.server_state["global"].params[name], value, rtol=1e-4, atol=1e-5
+        )
+        torch.testing.assert_close(
+            value.cpu(), cpu.server_state["global"].params[name], rtol=1e-4, atol=1e-5
+        )
+
+
+def test_auto_on_cuda_is_batched_and_sized_from_the_gpus_memory(tiny):
+    result = mecsim.run(tiny, write=False, device="cuda")
+    calibration = result.summary["calibration"]
+
+    assert result.summary["executor"] == "batched" and calibration["serial_s"] is None
+    free = torch.cuda.mem_get_info()[0]
+    assert 0 < calibration["budget_bytes"] <= free
+    assert calibration["max_clients"] == calibration["budget_bytes"] // calibration["client_bytes"]
