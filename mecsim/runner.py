@@ -10,6 +10,7 @@ import json
 import logging
 import threading
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -156,10 +157,15 @@ class FederatedData:
     partition_redraws: int = 0
     """Partition draws rejected before every client had ``data.min_samples`` (Dirichlet)."""
 
+    @cached_property
+    def public_indices(self) -> torch.Tensor:
+        """Every index of the shared public split: one tensor all clients share."""
+        device = self.train[0].device if self.train else self.x_public.device
+        return torch.arange(len(self.x_public), device=device)
+
     def client_indices(self, client: int) -> dict[str, torch.Tensor]:
         """Client ``client``'s indices per split (``public`` indexes the shared public split)."""
-        public = torch.arange(len(self.x_public), device=self.train[client].device)
-        return {"train": self.train[client], "val": self.val[client], "public": public}
+        return {"train": self.train[client], "val": self.val[client], "public": self.public_indices}
 
 
 def build_data(sc: Scenario, device: torch.device) -> FederatedData:
