@@ -329,15 +329,12 @@ def plan_executor(
     ):
         return requested, None
     budget = sc.execution.memory_budget_gb
-    per_round = sc.protocol.clients_per_round or max(
-        1, round(sc.protocol.participation * sc.clients.count)
-    )
     calibration = calibrate(
         ctx.functions[ctx.models.default_name],
         tuple(ctx.data["train"][0].shape[1:]),
         num_classes,
         int(getattr(sc.algorithm, "batch_size", 16)),
-        per_round,
+        sc.protocol.round_size(sc.clients.count),
         ctx.device,
         requested,
         None if budget is None else int(budget * 2**30),
@@ -402,9 +399,8 @@ def run(
     if resume and not write:
         raise ConfigError("--resume", "resume continues a run directory; it needs write=True")
     run_dir = None
-    if write:
-        _import_writers_in_background()
     if write:  # claim the target before any work: no other run can take it meanwhile
+        _import_writers_in_background()
         if out is not None:
             run_dir = claim_run_dir(Path(out), sc.output.overwrite)
         else:

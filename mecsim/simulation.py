@@ -129,8 +129,7 @@ class Simulation:
     @property
     def clients_per_round(self) -> int:
         """k: ``protocol.clients_per_round``, or the participation fraction of all clients."""
-        n = len(self.clients)
-        return self.protocol.clients_per_round or max(1, round(self.protocol.participation * n))
+        return self.protocol.round_size(len(self.clients))
 
     def select(
         self, round_: int, candidates: Sequence[int] | None = None, k: int | None = None

@@ -139,11 +139,11 @@ def train_batched(
 
 
 def _state_at(
-    position: int, learn: TensorDict, frozen: TensorDict, buffers: TensorDict, names: TensorDict
+    position: int, learn: TensorDict, frozen: TensorDict, buffers: TensorDict, params: TensorDict
 ) -> ModelState:
-    """Client ``position``'s state in the stack (parameters in the model's order)."""
+    """Client ``position``'s state in the stack (parameters in the order of ``params``)."""
     return ModelState(
-        {n: (learn[n][position] if n in learn else frozen[n][position]).detach() for n in names},
+        {n: (learn[n][position] if n in learn else frozen[n][position]).detach() for n in params},
         {n: b[position] for n, b in buffers.items()},
     )
 

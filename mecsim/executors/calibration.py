@@ -151,7 +151,7 @@ def calibrate(
     if timing:
         serial()
         serial_s = _timed(serial, device)
-    batched()  # warm-up
+    saved_bytes = _saved_bytes(batched)  # also the warm-up
     if device.type == "cuda":
         torch.cuda.synchronize(device)
         before = torch.cuda.memory_allocated(device)
@@ -162,11 +162,11 @@ def calibrate(
         batched_s = _timed(batched, device) if timing else None
         state = payload_nbytes(start.params)
         # stacked state + gradients + momentum + updated parameters, and the buffers twice
-        group_bytes = _saved_bytes(batched) + k * (4 * state + 2 * payload_nbytes(start.buffers))
+        group_bytes = saved_bytes + k * (4 * state + 2 * payload_nbytes(start.buffers))
     client_bytes = max(1, -(-group_bytes // k))
     budget = budget_bytes if budget_bytes is not None else available_memory(device) // 2
     executor = "batched"
-    if timing and serial_s is not None and batched_s is not None:
+    if serial_s is not None and batched_s is not None:
         executor = "serial" if serial_s * SERIAL_MARGIN < batched_s else "batched"
     return Calibration(
         executor=executor,

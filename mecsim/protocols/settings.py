@@ -31,6 +31,10 @@ class ProtocolSettings(Section):
     )
     eval_every: int = Field(default=1, ge=1, description="evaluate every this many rounds")
 
+    def round_size(self, num_clients: int) -> int:
+        """k: ``clients_per_round``, or the ``participation`` fraction of ``num_clients``."""
+        return self.clients_per_round or max(1, round(self.participation * num_clients))
+
     @property
     def local_proximal(self) -> float:
         """rho of a proximal term ``rho/2 ||w - w_received||^2`` the protocol adds to the
