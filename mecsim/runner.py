@@ -400,7 +400,6 @@ def run(
         raise ConfigError("--resume", "resume continues a run directory; it needs write=True")
     run_dir = None
     if write:  # claim the target before any work: no other run can take it meanwhile
-        _import_writers_in_background()
         if out is not None:
             run_dir = claim_run_dir(Path(out), sc.output.overwrite)
         else:
@@ -503,6 +502,8 @@ def _run(
     clients, data, num_train, models = world.clients, world.data, world.num_train, world.models
     executor_used, calibration = plan_executor(sc, world.ctx, executor, data.num_classes)
     job_executor = build_executor(sc, world.ctx, executor_used, calibration)
+    if run_dir is not None:  # after the probe, whose timings a busy thread would disturb
+        _import_writers_in_background()
     evaluator: Any = world.evaluator
     checkpointer = None
     if run_dir is not None:

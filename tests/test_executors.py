@@ -151,7 +151,7 @@ def test_auto_times_a_probe_and_picks_batched_for_a_small_cnn_and_serial_for_res
 
     assert small.executor == "batched" and small.batched_s < small.serial_s
     assert large.executor == "serial" and large.serial_s < large.batched_s
-    assert small.probe_clients == large.probe_clients == 4
+    assert small.probe_clients == large.probe_clients == 8
 
 
 def test_the_memory_probe_grows_with_the_batch_and_sets_the_group_cap_from_the_budget():

@@ -35,7 +35,7 @@ from mecsim.training import ModelFunction, Schedule, SplitData, train
 SERIAL_MARGIN = 1.2
 """``auto`` runs serial only when the probe's serial step is this much faster than batched."""
 
-PROBE_CLIENTS = 4
+PROBE_CLIENTS = 8
 """Clients in the timing probe (fewer when a round has fewer)."""
 
 
@@ -90,7 +90,8 @@ def _probe_splits(
 
 
 def _timed(fn, device: torch.device) -> float:
-    """Seconds ``fn`` takes: the best of 3 when one call is quick (< 50 ms), else of 1."""
+    """Seconds ``fn`` takes: the best of 3, or of fewer once a call took 0.25 s or more
+    (one slow outlier must not decide)."""
     best = float("inf")
     for _ in range(3):
         if device.type == "cuda":
@@ -100,7 +101,7 @@ def _timed(fn, device: torch.device) -> float:
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         best = min(best, time.perf_counter() - start)
-        if best >= 0.05:
+        if best >= 0.25:
             break
     return best
 
