@@ -214,7 +214,7 @@ class Checkpointer:
             "digest": self.digest,
             "rounds_done": rounds_done,
             "sim_time": sim.env.now,
-            "events": len(sim.recorder._events),
+            "events": len(sim.recorder),
             "executor_calls": executor.calls,
             "log": executor.log,
             "ledger_count": sim.ledger.count,
@@ -243,7 +243,7 @@ class Checkpointer:
         assert isinstance(executor, ReplayingExecutor)
         if (
             executor.calls != saved["executor_calls"]
-            or len(sim.recorder._events) != saved["events"]
+            or len(sim.recorder) != saved["events"]
             or sim.ledger.count != saved["ledger_count"]
             or sim.env.now != saved["sim_time"]
         ):

@@ -101,6 +101,39 @@ class Broadcast:
     done: simpy.Event
 
 
+@dataclass
+class ClosedForm:
+    """Receptions computed in closed form (numpy), one per client, aligned by position."""
+
+    clients: np.ndarray
+    bits: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    sinr_time: np.ndarray
+    """Integral of the SINR over each reception."""
+    step: np.ndarray
+    """The transmitter's busy time from ``start`` (a broadcast's is its longest reception)."""
+
+    @property
+    def duration_s(self) -> np.ndarray:
+        return self.end - self.start
+
+    @property
+    def effective_rate_bps(self) -> np.ndarray:
+        """Bits / duration, as :attr:`Reception.effective_rate_bps` (0 for an empty one)."""
+        d = self.duration_s
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.where(d > 0, self.bits / np.where(d > 0, d, 1.0), 0.0)
+
+    @property
+    def mean_sinr_db(self) -> np.ndarray:
+        """As :attr:`Reception.mean_sinr_db`: nan for an empty reception, -inf for no signal."""
+        d = self.duration_s
+        mean = (self.sinr_time / np.where(d > 0, d, 1.0)).tolist()
+        db = [10 * math.log10(m) if m > 0 else -math.inf for m in mean]
+        return np.where(d > 0, np.array(db, dtype=float), math.nan)
+
+
 class _Radio:
     """Maps a :class:`SharedTransmitter` onto the event clock.
 
@@ -242,6 +275,7 @@ class Network:
                 )
         self.env: simpy.Environment | None = None
         self._gains: np.ndarray | None = None
+        self._constants: dict[str, np.ndarray] | None = None
         self._check_outage()
 
     def _check_outage(self) -> None:
@@ -344,6 +378,116 @@ class Network:
             else simpy.Container(env, capacity=round(self.cell_hz), init=round(self.cell_hz))
         )
         self._open: dict[tuple, Broadcast] = {}
+
+    # --- closed forms (bulk rounds) ------------------------------------------------------
+    def closed_form_blocker(self) -> str | None:
+        """Why a transfer's timing needs the event-driven engine, or None when every transfer
+        alone on its link has a closed form: no fading, no deadline (so no failure or retry),
+        no interference drawn per transfer, and a per-client uplink band (no waiting)."""
+        if not isinstance(self.channel.fading, NoFading):
+            return "fading"
+        if self.config.max_transfer_s is not None:
+            return "network.max_transfer_s"
+        if self.cell_hz is not None:
+            return "network.uplink.total_bandwidth_mhz"
+        for link in (self.config.uplink, self.config.downlink):
+            if link.interference_w is not None or link.interference_dbm is not None:
+                return "interference drawn per transfer"
+        return None
+
+    def _link_constants(self) -> dict[str, np.ndarray]:
+        """Per client (by id): path gain, uplink bandwidth and power, each computed by the
+        scalar code the engine runs, so closed forms reproduce it bit for bit."""
+        if self._constants is None:
+            budgets = [self.channel.budget(c.distance_m) for c in self.clients]
+            self._constants = {
+                "path_gain": np.array([b.path_gain for b in budgets]),
+                "bandwidth_hz": np.array([float(c.bandwidth_hz) for c in self.clients]),
+                "tx_power_w": np.array([c.tx_power_w for c in self.clients]),
+            }
+        return self._constants
+
+    def _closed_form(
+        self,
+        link: LinkConfig,
+        clients: np.ndarray,
+        bits: np.ndarray,
+        start: np.ndarray | float,
+        bandwidth_hz: np.ndarray | float,
+        power_w: np.ndarray | float,
+        broadcast: bool = False,
+        worst: bool = False,
+    ) -> ClosedForm | None:
+        """Receptions of transmissions each alone on its transmitter from ``start`` (or, with
+        ``broadcast``, one transmission to all): :meth:`SharedTransmitter.advance`'s single
+        step in numpy, operation for operation. None if a link is in outage."""
+        const = self._link_constants()
+        psd = link.interference_dbm_hz
+        noise_psd = float(dbm_to_w(self.config.noise_psd_dbm_hz))
+        interference_psd = 0.0 if psd is None else float(dbm_to_w(psd))
+        noise = (noise_psd + interference_psd) * bandwidth_hz
+        sinr = power_w * 1.0 * const["path_gain"][clients] / (noise + 0.0)
+        if np.any(sinr < self.min_sinr):
+            return None
+        efficiency = self.channel.spectral_efficiency
+        if efficiency is not None:
+            rate = np.broadcast_to(efficiency * np.asarray(bandwidth_hz, dtype=float), sinr.shape)
+        else:
+            logs = np.fromiter(map(math.log2, (1.0 + sinr).tolist()), float, len(sinr))
+            rate = bandwidth_hz * logs
+        if worst and len(rate):
+            rate = np.full_like(sinr, rate.min())
+        if np.any(rate <= 0):
+            return None
+        remaining = bits.astype(float)
+        need = remaining / rate
+        start = np.broadcast_to(np.asarray(start, dtype=float), need.shape)
+        # one step to the last finish; a broadcast's receivers share the step
+        finish = np.maximum(start, start + need)
+        if broadcast:
+            finish = np.full_like(finish, finish.max(initial=-math.inf))
+        step = np.maximum(finish - start, 0.0)
+        need = np.minimum(need, step)
+        end = start + need
+        return ClosedForm(clients, bits, start.copy(), end, sinr * need, step)
+
+    def closed_form_broadcast(
+        self, clients: Sequence[int], nbytes: int, start: float
+    ) -> ClosedForm | None:
+        """A lone broadcast of ``nbytes`` from the idle server radio to ``clients`` at
+        ``start`` (see :meth:`closed_form_blocker`); None if a link is in outage."""
+        ids = np.asarray(clients, dtype=np.int64)
+        bits = np.full(len(ids), 8 * nbytes, dtype=np.int64)
+        worst = self.config.downlink.broadcast_rate == "worst"
+        return self._closed_form(
+            self.config.downlink,
+            ids,
+            bits,
+            float(start),
+            self.server_bandwidth_hz / 1,
+            self.server_tx_power_w / 1,
+            broadcast=True,
+            worst=worst,
+        )
+
+    def closed_form_uploads(
+        self, clients: np.ndarray, nbytes: np.ndarray, start: np.ndarray
+    ) -> ClosedForm | None:
+        """Each client's upload of ``nbytes`` on its own band from ``start`` (see
+        :meth:`closed_form_blocker`); None if a link is in outage."""
+        const = self._link_constants()
+        return self._closed_form(
+            self.config.uplink,
+            clients,
+            8 * nbytes,
+            start,
+            const["bandwidth_hz"][clients] / 1,
+            const["tx_power_w"][clients] / 1,
+        )
+
+    def server_busy(self) -> bool:
+        """Whether a transmission is on the server's radio now."""
+        return bool(self._server.tx.active) or bool(self._server._pending)
 
     # --- link budgets ------------------------------------------------------------------
     def _interference(self, link: LinkConfig, direction: str, client: int, key: tuple) -> float:

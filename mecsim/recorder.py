@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 EVENT_COLUMNS = [
@@ -31,14 +32,27 @@ direction are the sender rows' for ``up`` and the receiver rows' for ``down``.
 """
 
 SERVER = -1
+_INTEGER_COLUMNS = dict.fromkeys(["round", "job", "client", "bytes", "flops"], "int64")
 
 
 class Recorder:
-    """Append-only rows for the ``events`` and ``rounds`` tables."""
+    """Append-only rows for the ``events`` and ``rounds`` tables.
+
+    Events arrive one at a time (:meth:`event`) or as columns of many rows
+    (:meth:`extend`, bulk rounds); they are kept in arrival order.
+    """
 
     def __init__(self) -> None:
+        self._segments: list[list[tuple] | dict[str, np.ndarray]] = []
         self._events: list[tuple] = []
+        """The open segment of single rows."""
+        self._count = 0
+        self._frame: pd.DataFrame | None = None
         self._rounds: list[dict[str, Any]] = []
+
+    def __len__(self) -> int:
+        """Event rows recorded so far."""
+        return self._count
 
     def event(
         self,
@@ -60,6 +74,11 @@ class Recorder:
         """Record one activity (times in simulated seconds)."""
         if job is None:
             job = -1 if client == SERVER else round_
+        if not self._segments or self._segments[-1] is not self._events:
+            self._events = []
+            self._segments.append(self._events)
+        self._count += 1
+        self._frame = None
         self._events.append(
             (
                 round_,
@@ -78,21 +97,27 @@ class Recorder:
             )
         )
 
+    def extend(self, columns: dict[str, np.ndarray]) -> None:
+        """Record many rows at once: one array per column of :data:`EVENT_COLUMNS`."""
+        n = len(columns["round"])
+        if n:
+            self._segments.append({name: columns[name] for name in EVENT_COLUMNS})
+            self._count += n
+            self._frame = None
+
     def round(self, **row: Any) -> None:
         """Record one round's summary row."""
         self._rounds.append(row)
 
     def events(self) -> pd.DataFrame:
-        frame = pd.DataFrame(self._events, columns=EVENT_COLUMNS)
-        return frame.astype(
-            {
-                "round": "int64",
-                "job": "int64",
-                "client": "int64",
-                "bytes": "int64",
-                "flops": "int64",
-            }
-        )
+        """The events table (a new frame; it is built once per batch of new rows)."""
+        if self._frame is None:
+            frames = [pd.DataFrame(s, columns=EVENT_COLUMNS) for s in self._segments] or [
+                pd.DataFrame([], columns=EVENT_COLUMNS)
+            ]
+            frame = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
+            self._frame = frame.astype(_INTEGER_COLUMNS)
+        return self._frame.copy()
 
     def rounds(self) -> pd.DataFrame:
         """The rounds table, its ``bytes_up``/``bytes_down`` summed from the events."""

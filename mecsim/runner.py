@@ -530,6 +530,7 @@ def _run(
         public_nbytes=world.public_nbytes,
         faults=world.faults,
         checkpointer=checkpointer,
+        bulk_rounds=sc.execution.bulk_rounds,
     )
     show = sc.output.progress if progress is None else progress
     with tqdm(total=sc.protocol.rounds, desc=sc.name, unit="round", disable=not show) as bar:

@@ -295,6 +295,11 @@ class ExecutionConfig(Section):
         default=None, ge=1, description="Ray tasks per round (default: one per available CPU)"
     )
     cost_only: bool = Field(default=False, description="skip real training; time the network only")
+    bulk_rounds: bool = Field(
+        default=True,
+        description="compute-and-wait rounds on static links run their clients in bulk "
+        "(numpy; same tables as one process per client); false: always one process each",
+    )
     accuracy_curve: list[tuple[float, float]] | None = Field(
         default=None,
         description="cost-only accuracy: (round, accuracy) points, linearly interpolated",

@@ -10,6 +10,7 @@ keyed by time, priority and insertion id), so runs are deterministic.
 
 from __future__ import annotations
 
+import functools
 import gc
 import logging
 import math
@@ -72,6 +73,7 @@ class Simulation:
         on_round: Callable[[dict[str, Any]], None] | None = None,
         faults: Faults | None = None,
         checkpointer: Checkpointer | None = None,
+        bulk_rounds: bool = True,
     ) -> None:
         self.env = simpy.Environment()
         network.bind(self.env)
@@ -92,6 +94,8 @@ class Simulation:
         self.faults = faults if faults is not None and faults.active else None
         """Client dropout and availability (see :mod:`mecsim.faults`), if any."""
         self.checkpointer = checkpointer
+        self.bulk_rounds = bulk_rounds
+        """Whether protocols may run a round's clients in bulk (:mod:`mecsim.protocols.bulk`)."""
         """Saves checkpoints at round ends, or swaps a saved one in (``--resume``)."""
         self.ledger = Ledger()
         """Payloads and job results processes hold across events (what a checkpoint saves)."""
@@ -124,6 +128,16 @@ class Simulation:
     def server_state(self, state: ServerState) -> None:
         self._server_state = state
         self.server_state_peak_bytes = max(self.server_state_peak_bytes, state_nbytes(state))
+
+    @functools.cached_property
+    def device_arrays(self) -> dict[str, np.ndarray]:
+        """Per client (by id): its device's FLOP/s and compute and receive power."""
+        devices = [c.device for c in self.clients]
+        return {
+            "flops_per_s": np.array([d.flops_per_s for d in devices], dtype=float),
+            "power_w": np.array([d.power_w for d in devices], dtype=float),
+            "rx_power_w": np.array([d.rx_power_w for d in devices], dtype=float),
+        }
 
     # --- decisions -------------------------------------------------------------------
     @property

@@ -41,6 +41,7 @@ from pydantic import Field, model_validator
 from mecsim.algorithms.base import Task, Upload
 from mecsim.executors import JobResult
 from mecsim.network import Delivery
+from mecsim.protocols.bulk import bulk_downlink, compute_and_wait_clients
 from mecsim.protocols.registry import register_protocol, uploading_task_index
 from mecsim.protocols.settings import ProtocolSettings
 from mecsim.simulation import Process, Simulation
@@ -105,9 +106,14 @@ def _upload(sim: Simulation, round_: int, result: JobResult, arrived: list[Uploa
 
 def _start_round(sim: Simulation, round_: int, selected: Sequence[int]):
     """Prepare the selection's downlinks (timed server work), then start the transfers."""
-    yield from sim.prepare_downlinks(round_, selected)
-    payloads = sim.payloads(selected, round_)
+    payloads = yield from _prepare(sim, round_, selected)
     return payloads, sim.downlink_transfers(round_, payloads)
+
+
+def _prepare(sim: Simulation, round_: int, selected: Sequence[int]):
+    """Prepare the selection's downlinks (timed server work); return the payloads."""
+    yield from sim.prepare_downlinks(round_, selected)
+    return sim.payloads(selected, round_)
 
 
 def _caw_client(
@@ -147,15 +153,21 @@ def compute_and_wait(sim: Simulation) -> Process:
         round_start = env.now
         yield from sim.wait_for_online()
         selected = sim.select(round_)
-        payloads, deliveries = yield from _start_round(sim, round_, selected)
-        results = sim.execute(round_, payloads)
+        payloads = yield from _prepare(sim, round_, selected)
         arrived: list[Upload] = []
-        yield env.all_of(
-            [
-                env.process(_caw_client(sim, round_, deliveries.get(c), results[c], arrived))
-                for c in selected
-            ]
-        )
+        down = bulk_downlink(sim, selected, payloads)
+        if down is not None:  # every client alike: in bulk, same tables
+            results = sim.execute(round_, payloads)
+            yield from compute_and_wait_clients(sim, round_, down, results, arrived)
+        else:
+            deliveries = sim.downlink_transfers(round_, payloads)
+            results = sim.execute(round_, payloads)
+            yield env.all_of(
+                [
+                    env.process(_caw_client(sim, round_, deliveries.get(c), results[c], arrived))
+                    for c in selected
+                ]
+            )
         yield from _aggregate(sim, round_, arrived)
         sim.end_round(round_, round_start, selected)
 

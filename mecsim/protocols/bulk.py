@@ -1,0 +1,285 @@
+"""A compute-and-wait round in bulk: numpy instead of one SimPy process per client.
+
+In a compute-and-wait round on static links (no fading, deadline, faults,
+drawn interference or shared uplink band; see
+:meth:`~mecsim.network.Network.closed_form_blocker`) with a broadcast
+downlink, every selected client does the same thing: receive the broadcast,
+run its tasks, upload. Each activity's times then follow in closed form from
+the one before (:meth:`~mecsim.network.Network.closed_form_broadcast`,
+``flops / FLOP/s``, :meth:`~mecsim.network.Network.closed_form_uploads`), so
+this module computes them for all clients at once and records the rows the
+per-client processes would have recorded, in the order they would have:
+
+* The engine orders simultaneous events by when they were scheduled (SimPy's
+  event id). When no two client events of the round share a time, that is
+  simply time order (the broadcast's receptions that end together fire in
+  the radio's watch order).
+* Otherwise :func:`_replay_order` replays SimPy's queue for the round's
+  events (time, priority, id), scheduling each one when its predecessor is
+  processed, exactly as the processes would.
+
+The clock still belongs to SimPy: the round ends with one timeout to the
+instant the last client finished. Event times are the clock's own floating-
+point values (``now + delay``), not rounded ones, so the tables are identical
+to the per-client path's (``tests/test_bulk_rounds.py`` checks this).
+``execution.bulk_rounds = false`` turns the path off.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from mecsim.algorithms.base import SERVER, Upload
+from mecsim.channels.sharing import PermanentOutage
+from mecsim.errors import ConfigError
+from mecsim.executors import JobResult
+from mecsim.network import ClosedForm
+from mecsim.recorder import EVENT_COLUMNS
+from mecsim.simulation import Process, Simulation
+from mecsim.state import Payload, payload_nbytes
+
+
+def bulk_downlink(
+    sim: Simulation, selected: Sequence[int], payloads: dict[int, Payload | None]
+) -> ClosedForm | None:
+    """The round's broadcast in closed form, or None when the round needs the engine."""
+    if not sim.bulk_rounds or sim.faults is not None or len(selected) < 2:
+        return None
+    network = sim.network
+    if network.closed_form_blocker() is not None or network.server_busy():
+        return None
+    if not (sim.algorithm.broadcast and network.config.downlink.mode == "broadcast"):
+        return None
+    now = sim.env.now
+    if any(sim.busy_until[c] > now for c in selected):
+        return None
+    nbytes = payload_nbytes(payloads[selected[0]])
+    if nbytes <= 0:
+        return None
+    return network.closed_form_broadcast(selected, nbytes, now)
+
+
+@dataclass
+class _Rows:
+    """The round's rows, by kind, each with the clock time it is recorded at."""
+
+    columns: dict[str, list[np.ndarray]]
+    time: list[np.ndarray]
+
+    def add(self, time: np.ndarray, base: dict, **columns: np.ndarray | float | int) -> np.ndarray:
+        """Append rows recorded at ``time``: ``base`` (see :func:`_row`) with ``columns``
+        overriding its defaults; return their row numbers."""
+        first = sum(len(t) for t in self.time)
+        n = len(time)
+        columns = {**base, **columns}
+        for name in EVENT_COLUMNS:
+            value = columns[name]
+            if np.ndim(value) == 0:
+                kind = object if isinstance(value, str) else None
+                value = np.full(n, value, dtype=kind)
+            self.columns[name].append(np.asarray(value))
+        self.time.append(np.asarray(time, dtype=float))
+        return np.arange(first, first + n)
+
+
+def compute_and_wait_clients(
+    sim: Simulation,
+    round_: int,
+    down: ClosedForm,
+    results: dict[int, JobResult],
+    arrived: list[Upload],
+) -> Process:
+    """Every selected client of a compute-and-wait round (see the module docstring)."""
+    env, t0 = sim.env, sim.env.now
+    clients = down.clients
+    n = len(clients)
+    devices = sim.device_arrays
+    rows = _Rows({name: [] for name in EVENT_COLUMNS}, [])
+    nan = math.nan
+
+    # the radio's timeline: the transmission (watch order 0), then receptions by client
+    tx_end = float(down.end.max())
+    ends = np.concatenate([[tx_end], down.end])
+    timeline = np.lexsort((np.arange(n + 1), ends))
+    unit_time, unit_of = _deliveries(ends[timeline].tolist(), t0)
+    fired = np.empty(n + 1, dtype=float)  # clock time each timeline entry fires at
+    fired[timeline] = np.asarray(unit_time)[unit_of]
+    position = np.empty(n + 1, dtype=np.int64)
+    position[timeline] = np.arange(n + 1)
+
+    send = rows.add(
+        fired[:1],
+        _row(round_, SERVER, "downlink-send", "down", "sender", t0, tx_end),
+        bytes=int(down.bits[0]) // 8,
+        energy_j=sim.network.server_tx_power_w / 1 * float(down.step[0]),
+    )
+    rx = devices["rx_power_w"][clients]
+    downloads = rows.add(
+        fired[1:],
+        _row(round_, clients, "download", "down", "receiver", down.start, down.end),
+        bytes=down.bits // 8,
+        energy_j=rx * down.duration_s,
+        rate_bps=down.effective_rate_bps,
+        snr_db=down.mean_sinr_db,
+    )
+    sub = np.zeros(n + 1, dtype=np.int64)  # order among rows fired by one radio event
+    sub[send], sub[downloads] = position[0], position[1:]
+
+    # tasks, one after another from the download (compute: FLOPs / device FLOP/s)
+    now = fired[1:].copy()
+    busy = np.array([sim.busy_until[c] for c in clients.tolist()])
+    last = downloads.copy()
+    parent = {}  # row -> the row whose processing schedules it
+    result_list = [results[int(c)] for c in clients]
+    flops_per_s, power_w = devices["flops_per_s"][clients], devices["power_w"][clients]
+    for task in sim.tasks(round_):
+        ran = np.array([task.name in r.task_flops for r in result_list], dtype=bool)
+        if not ran.any():
+            continue
+        flops = np.array([r.task_flops.get(task.name, 0) for r in result_list], dtype=np.int64)
+        seconds = flops[ran] / flops_per_s[ran]
+        start = now[ran]
+        end = start + seconds
+        computed = rows.add(
+            end,
+            _row(round_, clients[ran], f"compute:{task.name}", "none", "none", start, end),
+            flops=flops[ran],
+            energy_j=power_w[ran] * seconds,
+        )
+        parent.update(zip(computed.tolist(), last[ran].tolist(), strict=True))
+        now[ran], last[ran] = end, computed
+        busy[ran] = np.maximum(busy[ran], end)
+    for i, c in enumerate(clients.tolist()):
+        sim.busy_until[c] = float(busy[i])
+        sim.commit(c, result_list[i].state, float(now[i]))
+
+    # uploads on each client's own band, from the end of its tasks
+    sends = np.array([r.upload is not None for r in result_list], dtype=bool)
+    finish = now.copy()
+    if sends.any():
+        ups = [r.upload for r in result_list]
+        nbytes = np.array([payload_nbytes(ups[i]) for i in np.flatnonzero(sends)], np.int64)
+        up = sim.network.closed_form_uploads(clients[sends], nbytes, now[sends])
+        if up is None:
+            raise ConfigError("network.min_snr_db", str(PermanentOutage(clients[sends].tolist())))
+        done = up.start + (up.end - up.start)  # the clock's time: granted + timeout
+        power = sim.network._link_constants()["tx_power_w"][clients[sends]]
+        uploaded = rows.add(
+            done,
+            _row(round_, clients[sends], "upload", "up", "sender", up.start, up.end),
+            bytes=nbytes,
+            energy_j=power * up.duration_s,
+            rate_bps=up.effective_rate_bps,
+            snr_db=up.mean_sinr_db,
+        )
+        parent.update(zip(uploaded.tolist(), last[sends].tolist(), strict=True))
+        finish[sends] = done
+        for i in np.flatnonzero(sends).tolist():
+            c = int(clients[i])
+            arrived.append(Upload(c, ups[i], sim.num_samples[c]))
+
+    time = np.concatenate(rows.time)
+    sub = np.concatenate([sub, np.zeros(len(time) - len(sub), dtype=np.int64)])
+    scheduled = np.concatenate([unit_time, time[n + 1 :]])
+    if np.unique(scheduled).size == scheduled.size:
+        order = np.lexsort((sub, time))  # no ties: time order
+    else:
+        order = _replay_order(time, unit_time, unit_of, timeline, parent)
+    sim.recorder.extend({name: np.concatenate(v)[order] for name, v in rows.columns.items()})
+    end = float(finish.max())
+    yield env.timeout(_delay_to(env.now, end))
+
+
+def _row(
+    round_: int,
+    client: np.ndarray | int,
+    phase: str,
+    direction: str,
+    role: str,
+    t_start: np.ndarray | float,
+    t_end: np.ndarray | float,
+) -> dict:
+    """The columns every row has, with the defaults of :meth:`Recorder.event`."""
+    return {
+        "round": round_,
+        "job": -1 if np.ndim(client) == 0 and client == SERVER else round_,
+        "client": client,
+        "phase": phase,
+        "direction": direction,
+        "role": role,
+        "t_start": t_start,
+        "t_end": t_end,
+        "bytes": 0,
+        "flops": 0,
+        "energy_j": 0.0,
+        "rate_bps": math.nan,
+        "snr_db": math.nan,
+    }
+
+
+def _deliveries(ends: list[float], t0: float) -> tuple[list[float], np.ndarray]:
+    """The radio's delivery process (``_Radio._deliver``) on a sorted timeline: the clock
+    time of each wake-up (unit 0: the process's start at ``t0``) and the unit each entry
+    fires in. A wake-up is a timeout ``at - now``, so its time is ``now + (at - now)``."""
+    now = t0
+    times = [t0]
+    unit = np.empty(len(ends), dtype=np.int64)
+    for k, at in enumerate(ends):
+        if at > now:
+            now = now + (at - now)
+            times.append(now)
+        unit[k] = len(times) - 1
+    return times, unit
+
+
+def _replay_order(
+    time: np.ndarray,
+    unit_time: list[float],
+    unit_of: np.ndarray,
+    timeline: np.ndarray,
+    parent: dict[int, int],
+) -> np.ndarray:
+    """The order SimPy processes the round's events in when some share a time: its queue
+    (time, priority, event id), each event scheduled when the one before it is processed.
+
+    Row 0 is the transmission's end and rows 1..n the receptions, fired by the radio's
+    wake-ups (``unit_time``); every other row is scheduled by its ``parent`` row.
+    """
+    urgent, normal = 0, 1
+    children: dict[int, list[int]] = {}
+    for child, p in parent.items():
+        children.setdefault(p, []).append(child)
+    units: list[list[int]] = [[] for _ in unit_time]
+    for k, entry in enumerate(timeline.tolist()):
+        units[int(unit_of[k])].append(entry)  # timeline entry e is row e
+    eid = itertools.count()
+    queue = [(unit_time[0], urgent, next(eid), True, 0)]  # the delivery process starts
+    order = []
+    while queue:
+        t, _, _, is_unit, i = heapq.heappop(queue)
+        if is_unit:
+            for row in units[i]:
+                heapq.heappush(queue, (t, normal, next(eid), False, row))
+            if i + 1 < len(units):
+                heapq.heappush(queue, (unit_time[i + 1], normal, next(eid), True, i + 1))
+            continue
+        order.append(i)
+        for child in children.get(i, ()):
+            heapq.heappush(queue, (float(time[child]), normal, next(eid), False, child))
+    return np.asarray(order, dtype=np.int64)
+
+
+def _delay_to(now: float, t: float) -> float:
+    """The timeout that brings the clock from ``now`` to exactly ``t`` (``now + d == t``)."""
+    d = t - now
+    while now + d < t:
+        d = math.nextafter(d, math.inf)
+    while now + d > t:
+        d = math.nextafter(d, -math.inf)
+    return max(d, 0.0)
