@@ -101,7 +101,6 @@ def compute_and_wait_clients(
     n = len(clients)
     devices = sim.device_arrays
     rows = _Rows({name: [] for name in EVENT_COLUMNS}, [])
-    nan = math.nan
 
     # the radio's timeline: the transmission (watch order 0), then receptions by client
     tx_end = float(down.end.max())
