@@ -16,6 +16,7 @@ term, an FFT of the weights) is added by the algorithm's ``extra_flops``.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Hashable, Mapping
 
 import torch
@@ -66,6 +67,10 @@ def _count_step(
 ) -> int:
     reference = next(iter(start.params.values()))
     device = reference.device
+    if device.type == "meta" and _elements(start, consts, shapes) <= SMALL_STEP_ELEMENTS:
+        device = torch.device("cpu")  # the same count, without importing Dynamo
+        start = ModelState(_zeros(start.params, device), _zeros(start.buffers, device))
+        consts = _zeros(consts, device)
     batch = {
         name: {
             "x": torch.zeros(shape, device=device, dtype=reference.dtype),
@@ -84,6 +89,23 @@ def _count_step(
         if names:
             torch.autograd.grad(value, [leaves[k] for k in names], allow_unused=True)
     return counter.total
+
+
+SMALL_STEP_ELEMENTS = 4_000_000
+"""A step on the meta device (cost-only runs) is counted on the CPU, on zeros, when its
+weights, constants and batches hold at most this many elements (16 MB of float32, a few
+milliseconds): the count depends only on shapes, and the meta kernels of common ops
+(``addmm``, ``relu``) are Python references whose first call imports ``torch._dynamo``
+(0.9 s)."""
+
+
+def _elements(start: ModelState, consts: TensorDict, shapes: Mapping[str, tuple[int, ...]]) -> int:
+    tensors = [*start.params.values(), *start.buffers.values(), *consts.values()]
+    return sum(t.numel() for t in tensors) + sum(math.prod(s) for s in shapes.values())
+
+
+def _zeros(tensors: TensorDict, device: torch.device) -> TensorDict:
+    return {k: torch.zeros(v.shape, dtype=v.dtype, device=device) for k, v in tensors.items()}
 
 
 def compute_cost(flops: float, device: DeviceProfile) -> tuple[float, float]:

@@ -284,23 +284,52 @@ class Network:
         if self.config.max_transfer_s is not None:
             return
         fading = not isinstance(self.channel.fading, NoFading)
-        for c in self.clients:
-            budget = self.channel.budget(c.distance_m)
-            down_rate, down = budget(self.server_bandwidth_hz, self.server_tx_power_w, 1.0)
-            up_rate, up = budget(c.bandwidth_hz, c.tx_power_w, 1.0)
-            if min(up_rate, down_rate) <= 0:
+        const = self._link_constants()
+        down_rate, down = self._unit_gain(self.server_bandwidth_hz, self.server_tx_power_w)
+        up_rate, up = self._unit_gain(const["bandwidth_hz"], const["tx_power_w"])
+        sinr = np.minimum(up, down)
+        bad = (np.minimum(up_rate, down_rate) <= 0) | (~fading & (sinr < self.min_sinr))
+        for i in np.flatnonzero(bad)[:1].tolist():
+            c = self.clients[i]
+            if min(up_rate[i], down_rate[i]) <= 0:
                 raise ConfigError(
                     "clients.distance_m",
-                    f"client {c.id}'s link carries no bits (SINR {min(up, down):.3g}); "
+                    f"client {c.id}'s link carries no bits (SINR {sinr[i]:.3g}); "
                     "move clients closer, raise their power or set network.max_transfer_s",
                 )
-            if not fading and min(up, down) < self.min_sinr:
-                raise ConfigError(
-                    "network.min_snr_db",
-                    f"client {c.id}'s link never leaves outage ({10 * math.log10(min(up, down)):.1f}"
-                    f" dB < {self.config.min_snr_db} dB, no fading); lower min_snr_db or set "
-                    "network.max_transfer_s",
-                )
+            raise ConfigError(
+                "network.min_snr_db",
+                f"client {c.id}'s link never leaves outage ({10 * math.log10(sinr[i]):.1f}"
+                f" dB < {self.config.min_snr_db} dB, no fading); lower min_snr_db or set "
+                "network.max_transfer_s",
+            )
+
+    def _unit_gain(
+        self, bandwidth_hz: np.ndarray | float, power_w: np.ndarray | float
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Every client's (rate, SINR) at fading gain 1, no interference (numpy)."""
+        noise = float(dbm_to_w(self.config.noise_psd_dbm_hz)) * bandwidth_hz
+        sinr = power_w * self._link_constants()["path_gain"] / noise
+        efficiency = self.channel.spectral_efficiency
+        if efficiency is not None:
+            return np.broadcast_to(efficiency * np.asarray(bandwidth_hz), sinr.shape), sinr
+        return bandwidth_hz * np.log2(1.0 + sinr), sinr
+
+    def _mean_rates(
+        self, bandwidth_hz: np.ndarray | float, power_w: np.ndarray | float
+    ) -> np.ndarray:
+        """Every client's :meth:`mean_rate` (numpy without fading)."""
+        if isinstance(self.channel.fading, NoFading):
+            rate, sinr = self._unit_gain(bandwidth_hz, power_w)
+            return np.where(sinr >= self.min_sinr, rate, 0.0)
+        bandwidth = np.broadcast_to(bandwidth_hz, len(self.clients))
+        power = np.broadcast_to(power_w, len(self.clients))
+        return np.array(
+            [
+                self.mean_rate(c, b, p)
+                for c, b, p in zip(self.clients, bandwidth, power, strict=True)
+            ]
+        )
 
     def mean_rate(self, client: ClientProfile, bandwidth_hz: float, power_w: float) -> float:
         """A link's mean rate over fading blocks, counting outage blocks as carrying nothing
@@ -326,14 +355,15 @@ class Network:
         block with no ``max_transfer_s``, or (without fading) failing at every client
         because each outlasts ``network.max_transfer_s``."""
         fading = not isinstance(self.channel.fading, NoFading)
+        const = self._link_constants()
+        rates = np.minimum(
+            self._mean_rates(const["bandwidth_hz"], const["tx_power_w"]),
+            self._mean_rates(self.server_bandwidth_hz, self.server_tx_power_w),
+        ).tolist()
         longest: list[float] = []
-        for c in self.clients:
+        for c, rate in zip(self.clients, rates, strict=True):
             if not nbytes.get(c.id):
                 continue
-            rate = min(
-                self.mean_rate(c, c.bandwidth_hz, c.tx_power_w),
-                self.mean_rate(c, self.server_bandwidth_hz, self.server_tx_power_w),
-            )
             if rate <= 0 and self.config.max_transfer_s is None:
                 raise ConfigError(
                     "network.min_snr_db",
@@ -399,9 +429,10 @@ class Network:
         """Per client (by id): path gain, uplink bandwidth and power, each computed by the
         scalar code the engine runs, so closed forms reproduce it bit for bit."""
         if self._constants is None:
-            budgets = [self.channel.budget(c.distance_m) for c in self.clients]
+            assert all(c.id == i for i, c in enumerate(self.clients)), "clients are 0..n-1"
+            gain = self.channel.pathloss.gain  # as ChannelModel.budget computes it
             self._constants = {
-                "path_gain": np.array([b.path_gain for b in budgets]),
+                "path_gain": np.array([float(gain(c.distance_m)) for c in self.clients]),
                 "bandwidth_hz": np.array([float(c.bandwidth_hz) for c in self.clients]),
                 "tx_power_w": np.array([c.tx_power_w for c in self.clients]),
             }

@@ -116,13 +116,14 @@ def build_clients(scenario: Scenario) -> list[ClientProfile]:
                 f"sampled {float(values[bad[0]]):g} for client {int(bad[0])}; every value must "
                 f"lie in {range_text(key)}: narrow the distribution",
             )
+    devices = {name: DEVICES.get(name) for name in map(str, np.unique(device))}
     return [
         ClientProfile(
             id=i,
             distance_m=float(distance[i]),
             bandwidth_hz=float(bandwidth[i]) * 1e6,
             tx_power_dbm=float(power[i]),
-            device=DEVICES.get(str(device[i])),
+            device=devices[str(device[i])],
         )
         for i in range(n)
     ]
@@ -161,6 +162,8 @@ class FederatedData:
     def public_indices(self) -> torch.Tensor:
         """Every index of the shared public split: one tensor all clients share."""
         device = self.train[0].device if self.train else self.x_public.device
+        if device.type == "meta":  # no values; arange would run a slow decomposition
+            return torch.empty(len(self.x_public), dtype=torch.long, device=device)
         return torch.arange(len(self.x_public), device=device)
 
     def client_indices(self, client: int) -> dict[str, torch.Tensor]:
@@ -443,7 +446,7 @@ def build_world(sc: Scenario, torch_device: torch.device) -> World:
     network = Network(sc.network, clients, sc.seed)  # checks the links
     faults = Faults(sc.faults, len(clients), sc.seed)  # reads and checks the trace
     data = build_data(sc, torch_device)
-    num_train = [len(i) for i in data.train]
+    num_train = [i.shape[0] for i in data.train]
     models, per_sample = build_models(sc, data, torch_device, num_train)
     network.check_transfer_times(
         {c.id: payload_nbytes(models.of(c.id).initial.to_payload()) for c in clients}, "the model"
@@ -566,6 +569,7 @@ def _run(
     events = sim.recorder.events()
     rounds = sim.recorder.rounds()
     final = sim.last_evaluation
+    params = {name: arch.num_params() for name, arch in models.architectures.items()}
     clients_table = pd.DataFrame(
         {
             "client": [c.id for c in clients],
@@ -577,10 +581,10 @@ def _run(
             "rx_power_w": [c.device.rx_power_w for c in clients],
             "idle_power_w": [c.device.idle_power_w for c in clients],
             "num_train": num_train,
-            "num_val": [len(v) for v in data.val],
-            "num_test": [len(t) for t in data.test],
+            "num_val": [v.shape[0] for v in data.val],
+            "num_test": [t.shape[0] for t in data.test],
             "model": list(models.client_arch),
-            "num_params": [models.of(c.id).num_params() for c in clients],
+            "num_params": [params[arch] for arch in models.client_arch],
             "state_peak_bytes": sim.client_state_peak_bytes,
             "final_personal_acc": list(final.client_acc)
             if final and final.client_acc

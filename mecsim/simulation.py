@@ -82,7 +82,7 @@ class Simulation:
         self.network = network
         self.clients = list(clients)
         self.indices = [dict(i) for i in indices]
-        self.num_samples = [len(i["train"]) for i in self.indices]
+        self.num_samples = [i["train"].shape[0] for i in self.indices]
         self.server_device = server_device
         self.evaluator = evaluator
         self.protocol = protocol
@@ -186,7 +186,7 @@ class Simulation:
         sizes = (
             {}
             if client is None or client < 0
-            else {k: len(v) for k, v in self.indices[client].items()}
+            else {k: v.shape[0] for k, v in self.indices[client].items()}
         )
         return RoundContext(round_, client, sizes, self.seed)
 

@@ -179,7 +179,7 @@ TrainMany = Callable[[TaskBatch], list[TrainResult]]
 
 def job_context(job: ClientJob, seed: int) -> RoundContext:
     """The :class:`RoundContext` of a job's hooks."""
-    sizes = {k: len(v) for k, v in job.indices.items()}
+    sizes = {k: v.shape[0] for k, v in job.indices.items()}
     return RoundContext(job.round, job.client, sizes, seed, job.payload)
 
 

@@ -20,13 +20,21 @@ from mecsim.training import TrainResult
 def skip_training(ctx: TrainingContext, batch: TaskBatch) -> list[TrainResult]:
     """Each job keeps its start state; steps and FLOPs follow from the schedule."""
     schedule = batch.schedule
+    sizes = batch.task.batch_sizes(schedule).items()
+    per_step: dict[tuple, int] = {}  # one step's FLOPs by what they depend on (see step_flops)
     results = []
     for position, (job, start) in enumerate(zip(batch.jobs, batch.starts, strict=True)):
-        n = len(job.indices[batch.task.split])
+        n = job.indices[batch.task.split].shape[0]
         steps = schedule.num_steps(n)
         samples = steps * min(schedule.batch_size, n)
-        flops = metered_training_flops(ctx, batch, position, steps)
-        results.append(TrainResult(start, steps, samples, flops))
+        consts = batch.consts[position]
+        key = (
+            tuple(min(size, job.indices[name].shape[0]) for name, size in sizes),
+            tuple((k, v.shape) for k, v in consts.items()),
+        )
+        if key not in per_step:
+            per_step[key] = metered_training_flops(ctx, batch, position, 1)
+        results.append(TrainResult(start, steps, samples, steps * per_step[key]))
     return results
 
 
