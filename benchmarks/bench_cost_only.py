@@ -1,0 +1,113 @@
+"""Cost-only at scale: one compute-and-wait round of many clients, in bulk and per client.
+
+Each measurement is a whole Python process (``mecsim.run`` of the quickstart
+in cost-only mode, uniform 20-200 samples per client, one round) so peak
+memory is the process's own: wall time of the run, of the whole process, and
+peak RSS, with ``execution.bulk_rounds`` on (numpy) and off (one SimPy process
+per client). It also prints the peak RSS of importing what a run imports
+(torch's CUDA wheel alone is about 0.5 GB) and whether both paths give the
+same tables at ``--check`` clients.
+
+    python benchmarks/bench_cost_only.py --clients 100000
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+
+CHILD = """
+import json, resource, sys, time
+started = time.perf_counter()
+import mecsim
+import mecsim.runner
+imported = time.perf_counter()
+clients, bulk = int(sys.argv[1]), sys.argv[2] == "1"
+if clients:
+    mecsim.run(
+        "scenarios/quickstart.toml",
+        {
+            "execution.cost_only": True,
+            "execution.bulk_rounds": bulk,
+            "clients.count": clients,
+            "clients.num_samples": {"dist": "uniform", "low": 20, "high": 200},
+            "protocol.rounds": 1,
+        },
+        write=False,
+        progress=False,
+    )
+done = time.perf_counter()
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+print(json.dumps({"import_s": imported - started, "run_s": done - imported, "peak": peak}))
+"""
+
+CHECK = """
+import sys, mecsim, pandas as pd
+settings = {
+    "execution.cost_only": True,
+    "clients.count": int(sys.argv[1]),
+    "clients.num_samples": {"dist": "uniform", "low": 20, "high": 200},
+    "protocol.rounds": 2,
+}
+runs = [
+    mecsim.run("scenarios/quickstart.toml", {**settings, "execution.bulk_rounds": flag},
+               write=False, progress=False)
+    for flag in (False, True)
+]
+pd.testing.assert_frame_equal(runs[0].events, runs[1].events, check_exact=True)
+print(len(runs[0].events))
+"""
+
+
+def measure(clients: int, bulk: bool) -> dict[str, float]:
+    started = time.perf_counter()
+    out = subprocess.run(
+        [sys.executable, "-c", CHILD, str(clients), "1" if bulk else "0"],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    figures = json.loads(out.stdout.strip().splitlines()[-1])
+    figures["process_s"] = time.perf_counter() - started
+    return figures
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--clients", type=int, default=100_000)
+    parser.add_argument("--check", type=int, default=1_000, help="clients of the table check")
+    parser.add_argument("--skip-per-client", action="store_true", help="bulk only")
+    args = parser.parse_args()
+
+    gb = 1e9
+    baseline = measure(0, True)
+    print(f"imports alone: {baseline['import_s']:.2f} s, peak RSS {baseline['peak'] / gb:.2f} GB")
+    paths = [True] if args.skip_per_client else [True, False]
+    results = {}
+    for bulk in paths:
+        r = results[bulk] = measure(args.clients, bulk)
+        name = "bulk" if bulk else "per-client"
+        print(
+            f"{name:>10}, {args.clients} clients, 1 round: run {r['run_s']:.2f} s, "
+            f"process {r['process_s']:.2f} s, peak RSS {r['peak'] / gb:.2f} GB "
+            f"({(r['peak'] - baseline['peak']) / gb:.2f} GB beyond the imports)",
+            flush=True,
+        )
+    if len(results) == 2:
+        print(
+            f"per-client / bulk: run {results[False]['run_s'] / results[True]['run_s']:.1f}x, "
+            f"peak RSS {results[False]['peak'] / results[True]['peak']:.2f}x"
+        )
+    rows = subprocess.run(
+        [sys.executable, "-c", CHECK, str(args.check)], check=True, capture_output=True, text=True
+    ).stdout.split()[-1]
+    print(f"identical events tables at {args.check} clients, 2 rounds ({rows} rows): True")
+
+
+if __name__ == "__main__":
+    main()
