@@ -517,8 +517,9 @@ class Network:
         )
 
     def server_busy(self) -> bool:
-        """Whether a transmission is on the server's radio now."""
-        return bool(self._server.tx.active) or bool(self._server._pending)
+        """Whether a transmission is on the server's radio now (its state advanced to now)."""
+        self._server._sync()
+        return bool(self._server.tx.active)
 
     # --- link budgets ------------------------------------------------------------------
     def _interference(self, link: LinkConfig, direction: str, client: int, key: tuple) -> float:

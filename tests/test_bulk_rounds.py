@@ -98,6 +98,16 @@ def test_bulk_rounds_replay_simpys_queue_when_events_tie(spy):
     assert_same_tables(per_client, in_bulk)
 
 
+def test_rounds_after_the_public_broadcast_run_in_bulk(spy):
+    """The radio's state is advanced to the round's start before asking whether it is busy
+    (it had kept the finished public broadcast as active, so no round ran in bulk)."""
+    public = {"clients.count": 200, "algorithm.name": "feddf", "data.public_size": 100}
+    per_client, in_bulk = run_both({**COST_ONLY_1000, **public})
+    assert spy["bulk"] == 2
+    assert (in_bulk.events["phase"] == "download:public").sum() == 200
+    assert_same_tables(per_client, in_bulk)
+
+
 def test_quickstart_with_training_runs_in_bulk_and_is_unchanged(spy):
     per_client, in_bulk = run_both({"protocol.rounds": 3})
     assert spy["bulk"] == 3
