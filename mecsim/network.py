@@ -284,7 +284,7 @@ class Network:
         if self.config.max_transfer_s is not None:
             return
         fading = not isinstance(self.channel.fading, NoFading)
-        const = self._link_constants()
+        const = self.link_constants()
         down_rate, down = self._unit_gain(self.server_bandwidth_hz, self.server_tx_power_w)
         up_rate, up = self._unit_gain(const["bandwidth_hz"], const["tx_power_w"])
         sinr = np.minimum(up, down)
@@ -309,7 +309,7 @@ class Network:
     ) -> tuple[np.ndarray, np.ndarray]:
         """Every client's (rate, SINR) at fading gain 1, no interference (numpy)."""
         noise = float(dbm_to_w(self.config.noise_psd_dbm_hz)) * bandwidth_hz
-        sinr = power_w * self._link_constants()["path_gain"] / noise
+        sinr = power_w * self.link_constants()["path_gain"] / noise
         efficiency = self.channel.spectral_efficiency
         if efficiency is not None:
             return np.broadcast_to(efficiency * np.asarray(bandwidth_hz), sinr.shape), sinr
@@ -355,7 +355,7 @@ class Network:
         block with no ``max_transfer_s``, or (without fading) failing at every client
         because each outlasts ``network.max_transfer_s``."""
         fading = not isinstance(self.channel.fading, NoFading)
-        const = self._link_constants()
+        const = self.link_constants()
         rates = np.minimum(
             self._mean_rates(const["bandwidth_hz"], const["tx_power_w"]),
             self._mean_rates(self.server_bandwidth_hz, self.server_tx_power_w),
@@ -425,7 +425,7 @@ class Network:
                 return "interference drawn per transfer"
         return None
 
-    def _link_constants(self) -> dict[str, np.ndarray]:
+    def link_constants(self) -> dict[str, np.ndarray]:
         """Per client (by id): path gain, uplink bandwidth and power, each computed by the
         scalar code the engine runs, so closed forms reproduce it bit for bit."""
         if self._constants is None:
@@ -452,7 +452,7 @@ class Network:
         """Receptions of transmissions each alone on its transmitter from ``start`` (or, with
         ``broadcast``, one transmission to all): :meth:`SharedTransmitter.advance`'s single
         step in numpy, operation for operation. None if a link is in outage."""
-        const = self._link_constants()
+        const = self.link_constants()
         psd = link.interference_dbm_hz
         noise_psd = float(dbm_to_w(self.config.noise_psd_dbm_hz))
         interference_psd = 0.0 if psd is None else float(dbm_to_w(psd))
@@ -506,7 +506,7 @@ class Network:
     ) -> ClosedForm | None:
         """Each client's upload of ``nbytes`` on its own band from ``start`` (see
         :meth:`closed_form_blocker`); None if a link is in outage."""
-        const = self._link_constants()
+        const = self.link_constants()
         return self._closed_form(
             self.config.uplink,
             clients,

@@ -168,7 +168,7 @@ def compute_and_wait_clients(
         if up is None:
             raise ConfigError("network.min_snr_db", str(PermanentOutage(clients[sends].tolist())))
         done = up.start + (up.end - up.start)  # the clock's time: granted + timeout
-        power = sim.network._link_constants()["tx_power_w"][clients[sends]]
+        power = sim.network.link_constants()["tx_power_w"][clients[sends]]
         uploaded = rows.add(
             done,
             _row(round_, clients[sends], "upload", "up", "sender", up.start, up.end),
