@@ -307,13 +307,27 @@ class Network:
     def _unit_gain(
         self, bandwidth_hz: np.ndarray | float, power_w: np.ndarray | float
     ) -> tuple[np.ndarray, np.ndarray]:
-        """Every client's (rate, SINR) at fading gain 1, no interference (numpy)."""
-        noise = float(dbm_to_w(self.config.noise_psd_dbm_hz)) * bandwidth_hz
-        sinr = power_w * self.link_constants()["path_gain"] / noise
+        """Every client's (rate, SINR) at fading gain 1, no interference."""
+        return self._static_rates(self.link_constants()["path_gain"], bandwidth_hz, power_w)
+
+    def _static_rates(
+        self,
+        path_gain: np.ndarray,
+        bandwidth_hz: np.ndarray | float,
+        power_w: np.ndarray | float,
+        interference_psd_w_hz: float = 0.0,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(rate, SINR) per link at fading gain 1: :class:`LinkBudget`'s arithmetic in numpy,
+        operation for operation (``math.log2``), so it equals the engine's bit for bit."""
+        noise_psd = float(dbm_to_w(self.config.noise_psd_dbm_hz))
+        noise = (noise_psd + interference_psd_w_hz) * bandwidth_hz
+        sinr = power_w * 1.0 * path_gain / (noise + 0.0)  # gain 1, no fixed interference
         efficiency = self.channel.spectral_efficiency
         if efficiency is not None:
-            return np.broadcast_to(efficiency * np.asarray(bandwidth_hz), sinr.shape), sinr
-        return bandwidth_hz * np.log2(1.0 + sinr), sinr
+            rate = efficiency * np.asarray(bandwidth_hz, dtype=float)
+            return np.broadcast_to(rate, sinr.shape), sinr
+        logs = np.fromiter(map(math.log2, (1.0 + sinr).tolist()), float, len(sinr))
+        return bandwidth_hz * logs, sinr
 
     def _mean_rates(
         self, bandwidth_hz: np.ndarray | float, power_w: np.ndarray | float
@@ -452,20 +466,12 @@ class Network:
         """Receptions of transmissions each alone on its transmitter from ``start`` (or, with
         ``broadcast``, one transmission to all): :meth:`SharedTransmitter.advance`'s single
         step in numpy, operation for operation. None if a link is in outage."""
-        const = self.link_constants()
         psd = link.interference_dbm_hz
-        noise_psd = float(dbm_to_w(self.config.noise_psd_dbm_hz))
         interference_psd = 0.0 if psd is None else float(dbm_to_w(psd))
-        noise = (noise_psd + interference_psd) * bandwidth_hz
-        sinr = power_w * 1.0 * const["path_gain"][clients] / (noise + 0.0)
+        path_gain = self.link_constants()["path_gain"][clients]
+        rate, sinr = self._static_rates(path_gain, bandwidth_hz, power_w, interference_psd)
         if np.any(sinr < self.min_sinr):
             return None
-        efficiency = self.channel.spectral_efficiency
-        if efficiency is not None:
-            rate = np.broadcast_to(efficiency * np.asarray(bandwidth_hz, dtype=float), sinr.shape)
-        else:
-            logs = np.fromiter(map(math.log2, (1.0 + sinr).tolist()), float, len(sinr))
-            rate = bandwidth_hz * logs
         if worst and len(rate):
             rate = np.full_like(sinr, rate.min())
         if np.any(rate <= 0):

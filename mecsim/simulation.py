@@ -94,9 +94,9 @@ class Simulation:
         self.faults = faults if faults is not None and faults.active else None
         """Client dropout and availability (see :mod:`mecsim.faults`), if any."""
         self.checkpointer = checkpointer
+        """Saves checkpoints at round ends, or swaps a saved one in (``--resume``)."""
         self.bulk_rounds = bulk_rounds
         """Whether protocols may run a round's clients in bulk (:mod:`mecsim.protocols.bulk`)."""
-        """Saves checkpoints at round ends, or swaps a saved one in (``--resume``)."""
         self.ledger = Ledger()
         """Payloads and job results processes hold across events (what a checkpoint saves)."""
         self.recorder = Recorder()

@@ -122,11 +122,8 @@ def state_nbytes(state: object) -> int:
                 seen.add(id(item))
                 total += item.nbytes
         elif isinstance(item, ModelState):
-            for tensors in (item.params, item.buffers):
-                for t in tensors.values():
-                    if t.is_meta or id(t) not in seen:
-                        seen.add(id(t))
-                        total += t.nbytes
+            stack.extend(item.params.values())
+            stack.extend(item.buffers.values())
         elif isinstance(item, dict):
             stack.extend(item.values())
         elif isinstance(item, (list, tuple)):
