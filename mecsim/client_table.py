@@ -14,9 +14,12 @@ from __future__ import annotations
 import difflib
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 RANGES = {
     "distance_m": (0.0, 1e6, True),
@@ -54,6 +57,8 @@ def read_client_table(path: str | Path) -> pd.DataFrame:
 
 @lru_cache(maxsize=8)
 def _read(path: str, mtime_ns: int, size: int) -> pd.DataFrame:
+    import pandas as pd  # only runs with a client table pay for importing pandas here
+
     try:
         table = pd.read_csv(path, skipinitialspace=True)
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as error:

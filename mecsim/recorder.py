@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 EVENT_COLUMNS = [
     "round",
@@ -111,6 +113,8 @@ class Recorder:
 
     def events(self) -> pd.DataFrame:
         """The events table (a new frame; it is built once per batch of new rows)."""
+        import pandas as pd  # imported when the first table is built, not at start-up
+
         if self._frame is None:
             frames = [pd.DataFrame(s, columns=EVENT_COLUMNS) for s in self._segments] or [
                 pd.DataFrame([], columns=EVENT_COLUMNS)
@@ -121,6 +125,8 @@ class Recorder:
 
     def rounds(self) -> pd.DataFrame:
         """The rounds table, its ``bytes_up``/``bytes_down`` summed from the events."""
+        import pandas as pd
+
         rounds = pd.DataFrame(self._rounds)
         if rounds.empty:
             return rounds
@@ -132,6 +138,8 @@ class Recorder:
 
 def bytes_per_round(events: pd.DataFrame) -> pd.DataFrame:
     """Bytes moved per round: ``bytes_up`` (upload senders), ``bytes_down`` (download receivers)."""
+    import pandas as pd
+
     up = events[(events["direction"] == "up") & (events["role"] == "sender")]
     down = events[(events["direction"] == "down") & (events["role"] == "receiver")]
     return pd.DataFrame(

@@ -12,15 +12,13 @@ import threading
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 import torch
 from tqdm import tqdm
 
 from mecsim.algorithms import ALGORITHMS
-from mecsim.analysis import render_report, summarize
 from mecsim.checkpoint import (
     Checkpointer,
     CheckpointMismatch,
@@ -63,6 +61,9 @@ from mecsim.simulation import Simulation
 from mecsim.state import payload_nbytes
 from mecsim.training import ModelFunction
 
+if TYPE_CHECKING:  # pandas is imported once the run trains (see _import_writers_in_background)
+    import pandas as pd
+
 log = logging.getLogger(__name__)
 
 
@@ -95,7 +96,7 @@ def resolve_device(device: str | None) -> torch.device:
 def build_clients(scenario: Scenario) -> list[ClientProfile]:
     """Sample each client's radio and device from the scenario's attribute streams."""
     cfg, n, seed = scenario.clients, scenario.clients.count, scenario.seed
-    table = read_client_table(cfg.table) if cfg.table is not None else pd.DataFrame()
+    table = read_client_table(cfg.table) if cfg.table is not None else {}
 
     def attribute(key: str) -> np.ndarray:  # the table's column, else the scenario's draws
         if key in table:
@@ -566,6 +567,10 @@ def _run(
     if close is not None:
         close()
 
+    import pandas as pd
+
+    from mecsim.analysis import summarize
+
     events = sim.recorder.events()
     rounds = sim.recorder.rounds()
     final = sim.last_evaluation
@@ -626,10 +631,12 @@ def _run(
 
 
 def _import_writers_in_background() -> None:
-    """Import what writing the run directory needs (matplotlib, pyarrow's Parquet writer:
-    0.4-0.5 s) on a daemon thread while the run trains: torch kernels release the GIL."""
+    """Import what the tables and writing the run directory need (pandas, matplotlib,
+    pyarrow's Parquet writer: 0.5-0.6 s) on a daemon thread while the run trains: torch
+    kernels release the GIL, and start-up does not wait for them."""
 
     def load() -> None:
+        import pandas  # noqa: F401
         import pyarrow.parquet  # noqa: F401
 
         import mecsim.analysis.plots  # noqa: F401
@@ -639,6 +646,7 @@ def _import_writers_in_background() -> None:
 
 def write_run_directory(result: RunResult, run_dir: Path) -> None:
     """Write every output file of a run into ``run_dir`` atomically."""
+    from mecsim.analysis import render_report
     from mecsim.analysis.plots import plot_accuracy
 
     with atomic_directory(run_dir, overwrite=result.scenario.output.overwrite) as tmp:

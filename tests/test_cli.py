@@ -102,12 +102,14 @@ def test_missing_scenario_file_is_a_clear_error(capsys):
 
 
 def test_a_crash_mid_run_leaves_no_partial_directory(tmp_path, tiny, monkeypatch):
+    import mecsim.analysis
+
     import mecsim.runner
 
     def explode(*args, **kwargs):
         raise RuntimeError("disk on fire")
 
-    monkeypatch.setattr(mecsim.runner, "render_report", explode)
+    monkeypatch.setattr(mecsim.analysis, "render_report", explode)
     out = tmp_path / "runs" / "crashy"
 
     with pytest.raises(RuntimeError):
