@@ -69,3 +69,16 @@ def test_torch_still_recognizes_triton_kernels_after_mecsim_imported_its_flop_fo
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "registered"
+
+
+def test_a_cost_only_run_imports_neither_sympy_nor_dynamo():
+    # meta-device empty_like/zeros_like are Python references importing SymPy (0.2 s, 27 MB);
+    # algorithms doing arithmetic on meta tensors (SCAFFOLD, FedDyn) still import Dynamo once
+    code = (
+        "import sys, mecsim\n"
+        "for algorithm in ('fedavg', 'ditto'):\n"
+        "    mecsim.run('scenarios/quickstart.toml', {'execution.cost_only': True,"
+        " 'protocol.rounds': 2, 'algorithm.name': algorithm}, write=False, progress=False)\n"
+        "print(sorted(m for m in ('sympy', 'torch._dynamo') if m in sys.modules))"
+    )
+    assert fresh_process(code) == "[]"

@@ -80,9 +80,11 @@ class _Rows:
         columns = {**base, **columns}
         for name in EVENT_COLUMNS:
             value = columns[name]
-            if np.ndim(value) == 0:
-                kind = object if isinstance(value, str) else None
-                value = np.full(n, value, dtype=kind)
+            if isinstance(value, str):  # one shared str (np.full would copy it n times)
+                value, text = np.empty(n, dtype=object), value
+                value.fill(text)
+            elif np.ndim(value) == 0:
+                value = np.full(n, value)
             self.columns[name].append(np.asarray(value))
         self.time.append(np.asarray(time, dtype=float))
         return np.arange(first, first + n)
