@@ -118,15 +118,16 @@ def build_clients(scenario: Scenario) -> list[ClientProfile]:
                 f"lie in {range_text(key)}: narrow the distribution",
             )
     devices = {name: DEVICES.get(name) for name in map(str, np.unique(device))}
+    columns = zip(
+        np.asarray(distance, float).tolist(),
+        (np.asarray(bandwidth, float) * 1e6).tolist(),
+        np.asarray(power, float).tolist(),
+        map(str, np.asarray(device).tolist()),
+        strict=True,
+    )
     return [
-        ClientProfile(
-            id=i,
-            distance_m=float(distance[i]),
-            bandwidth_hz=float(bandwidth[i]) * 1e6,
-            tx_power_dbm=float(power[i]),
-            device=devices[str(device[i])],
-        )
-        for i in range(n)
+        ClientProfile(id=i, distance_m=d, bandwidth_hz=b, tx_power_dbm=p, device=devices[name])
+        for i, (d, b, p, name) in enumerate(columns)
     ]
 
 
@@ -251,6 +252,9 @@ def _sample_counts_only(sc: Scenario) -> FederatedData:
     counts = sample_counts(sc)
     meta = torch.device("meta")
     empty = torch.empty(0, dtype=torch.long, device=meta)
+    by_count = {  # clients with equal counts share one index tensor (shape only, no values)
+        n: torch.empty(n, dtype=torch.long, device=meta) for n in np.unique(counts).tolist()
+    }
     return FederatedData(
         shape,
         classes,
@@ -258,7 +262,7 @@ def _sample_counts_only(sc: Scenario) -> FederatedData:
         torch.empty(0, dtype=torch.long),
         torch.empty(0, *shape),
         torch.empty(0, dtype=torch.long),
-        [torch.empty(int(n), dtype=torch.long, device=meta) for n in counts],
+        [by_count[n] for n in counts.tolist()],
         [empty] * sc.clients.count,
         [empty] * sc.clients.count,
         torch.empty(sc.data.public_size, *shape, device=meta),
@@ -449,8 +453,13 @@ def build_world(sc: Scenario, torch_device: torch.device) -> World:
     data = build_data(sc, torch_device)
     num_train = [i.shape[0] for i in data.train]
     models, per_sample = build_models(sc, data, torch_device, num_train)
+    model_nbytes = {
+        name: payload_nbytes(arch.initial.to_payload())
+        for name, arch in models.architectures.items()
+    }
     network.check_transfer_times(
-        {c.id: payload_nbytes(models.of(c.id).initial.to_payload()) for c in clients}, "the model"
+        {c.id: model_nbytes[arch] for c, arch in zip(clients, models.client_arch, strict=True)},
+        "the model",
     )
     label_counts = None
     if not cost_only:

@@ -81,7 +81,7 @@ class Simulation:
         self.executor = executor
         self.network = network
         self.clients = list(clients)
-        self.indices = [dict(i) for i in indices]
+        self.indices = list(indices)  # read, never written: no copies of 100,000 dicts
         self.num_samples = [i["train"].shape[0] for i in self.indices]
         self.server_device = server_device
         self.evaluator = evaluator
