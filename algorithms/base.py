@@ -106,7 +106,7 @@ class Task:
         return {self.split: schedule.batch_size, **dict(self.also)}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class RoundContext:
     """Who and when, handed to every hook that depends on it.
 
@@ -131,7 +131,7 @@ class RoundContext:
         return generator
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Upload:
     """One client's upload as the server receives it."""
 

@@ -31,9 +31,16 @@ def time_split(events: pd.DataFrame) -> dict[str, float]:
     if events.empty:
         return dict.fromkeys(PHASES, 0.0)
     phases = events["phase"]
-    kinds = {phase: _phase_kind(phase) for phase in phases.unique()}  # a few distinct phases
-    frame = events.assign(kind=phases.map(kinds), seconds=events["t_end"] - events["t_start"])
-    frame = frame[frame["kind"].notna()]
+    kind = phases.map({phase: _phase_kind(phase) for phase in phases.unique()})  # few distinct
+    timed = kind.notna().to_numpy()
+    frame = pd.DataFrame(  # only the columns the split reads
+        {
+            "round": events["round"].to_numpy()[timed],
+            "client": events["client"].to_numpy()[timed],
+            "kind": kind.to_numpy()[timed],
+            "seconds": (events["t_end"] - events["t_start"]).to_numpy()[timed],
+        }
+    )
     rounds = events.loc[events["round"] >= 0, "round"].nunique()  # not the public download
     # total per (round, client, kind), then mean over the clients of a round, then over rounds
     per_client = frame.groupby(["round", "client", "kind"])["seconds"].sum()

@@ -58,7 +58,7 @@ if TYPE_CHECKING:
     from mecsim.scenario import LinkConfig, NetworkConfig
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ClientProfile:
     """A client's static attributes (SI units)."""
 

@@ -45,7 +45,7 @@ class Recorder:
     """
 
     def __init__(self) -> None:
-        self._segments: list[list[tuple] | dict[str, np.ndarray]] = []
+        self._segments: list[list[tuple] | dict[str, np.ndarray] | pd.DataFrame] = []
         self._events: list[tuple] = []
         """The open segment of single rows."""
         self._count = 0
@@ -113,15 +113,22 @@ class Recorder:
 
     def events(self) -> pd.DataFrame:
         """The events table (a new frame; it is built once per batch of new rows)."""
+        return self._table().copy()
+
+    def _table(self) -> pd.DataFrame:
+        """The cached events table, built from the segments recorded since the last build;
+        it then replaces them (the rows are kept once)."""
         import pandas as pd  # imported when the first table is built, not at start-up
 
         if self._frame is None:
-            frames = [pd.DataFrame(s, columns=EVENT_COLUMNS) for s in self._segments] or [
-                pd.DataFrame([], columns=EVENT_COLUMNS)
-            ]
+            frames = [
+                s if isinstance(s, pd.DataFrame) else pd.DataFrame(s, columns=EVENT_COLUMNS)
+                for s in self._segments
+            ] or [pd.DataFrame([], columns=EVENT_COLUMNS)]
             frame = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
             self._frame = frame.astype(_INTEGER_COLUMNS)
-        return self._frame.copy()
+            self._segments = [self._frame]
+        return self._frame
 
     def rounds(self) -> pd.DataFrame:
         """The rounds table, its ``bytes_up``/``bytes_down`` summed from the events."""
@@ -130,7 +137,7 @@ class Recorder:
         rounds = pd.DataFrame(self._rounds)
         if rounds.empty:
             return rounds
-        moved = bytes_per_round(self.events())
+        moved = bytes_per_round(self._table())
         for column in ("bytes_up", "bytes_down"):
             rounds[column] = rounds["round"].map(moved[column]).fillna(0).astype("int64")
         return rounds

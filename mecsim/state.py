@@ -19,7 +19,7 @@ TensorDict = dict[str, Tensor]
 Payload = dict[str, Tensor]
 
 
-@dataclass
+@dataclass(slots=True)
 class ModelState:
     """Parameters and buffers of one model."""
 

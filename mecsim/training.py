@@ -84,7 +84,7 @@ class SplitData:
     generator: torch.Generator
 
 
-@dataclass
+@dataclass(slots=True)
 class TrainResult:
     """A task's result: the new state, the work done, and outputs of an inference task.
 

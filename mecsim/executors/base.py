@@ -29,7 +29,7 @@ from mecsim.state import ModelState, Payload, TensorDict
 from mecsim.training import Loss, ModelFunction, Schedule, SplitData, TrainResult, infer
 
 
-@dataclass
+@dataclass(slots=True)
 class ClientJob:
     """One client's (or the server's) work for one round."""
 
@@ -50,7 +50,7 @@ class ClientJob:
         return self.tasks is None or task.name in self.tasks
 
 
-@dataclass
+@dataclass(slots=True)
 class JobResult:
     """What a job produced: new state, upload, and FLOPs/steps per task (in task order)."""
 
