@@ -96,8 +96,8 @@ def summarize(
     transfers outside the rounds (the public split's download, round -1).
     """
     num_rounds = len(rounds)
-    client_rows = events[events["client"] >= 0]
-    server_rows = events[events["client"] < 0]
+    of_client = events["client"] >= 0  # masks, not row copies: tables may hold millions of rows
+    energy_j, flops = events["energy_j"], events["flops"]
     split = time_split(events)
     split_total = sum(split.values())
     durations = rounds["t_end"] - rounds["t_start"]
@@ -117,19 +117,15 @@ def summarize(
         idle_j = float((idle * power.reindex(idle.index).fillna(0.0)).sum())
     energy = {
         "client_compute": float(
-            client_rows.loc[client_rows["phase"].str.startswith("compute"), "energy_j"].sum()
+            energy_j[of_client & events["phase"].str.startswith("compute")].sum()
         ),
-        "client_transmit": float(
-            client_rows.loc[client_rows["direction"] == "up", "energy_j"].sum()
-        ),
-        "client_receive": float(
-            client_rows.loc[client_rows["direction"] == "down", "energy_j"].sum()
-        ),
+        "client_transmit": float(energy_j[of_client & (events["direction"] == "up")].sum()),
+        "client_receive": float(energy_j[of_client & (events["direction"] == "down")].sum()),
         "client_idle": idle_j,
-        "server": float(server_rows["energy_j"].sum()),
+        "server": float(energy_j[~of_client].sum()),
     }
     energy["total"] = float(events["energy_j"].sum()) + idle_j
-    public = events[events["phase"] == "download:public"]
+    public = events.loc[events["phase"] == "download:public", ["bytes", "t_start", "t_end"]]
     peaks = (
         clients["state_peak_bytes"]
         if clients is not None and "state_peak_bytes" in clients
@@ -165,7 +161,7 @@ def summarize(
         if len(public)
         else 0.0,
         "client_state_peak_bytes": int(peaks.max()) if peaks is not None and len(peaks) else 0,
-        "client_flops_per_round": float(client_rows["flops"].sum() / max(num_rounds, 1)),
-        "server_flops_per_round": float(server_rows["flops"].sum() / max(num_rounds, 1)),
+        "client_flops_per_round": float(flops[of_client].sum() / max(num_rounds, 1)),
+        "server_flops_per_round": float(flops[~of_client].sum() / max(num_rounds, 1)),
         "energy_j": energy,
     }

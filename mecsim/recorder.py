@@ -113,7 +113,10 @@ class Recorder:
 
     def events(self) -> pd.DataFrame:
         """The events table (a new frame; it is built once per batch of new rows)."""
-        return self._table().copy()
+        import pandas as pd
+
+        # pandas >= 3 copies on write: a shallow copy is already independent of the cache
+        return self._table().copy(deep=int(pd.__version__.split(".")[0]) < 3)
 
     def _table(self) -> pd.DataFrame:
         """The cached events table, built from the segments recorded since the last build;

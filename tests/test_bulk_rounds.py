@@ -300,6 +300,18 @@ def test_recorder_keeps_single_rows_and_column_blocks_in_arrival_order():
     assert events.dtypes.to_dict() == single.events().dtypes.to_dict()
 
 
+def test_recorder_tables_are_independent_of_its_cache_and_rows_keep_arriving():
+    recorder = Recorder()
+    recorder.event(0, 1, "download", 0.0, 1.0, nbytes=5)
+    first = recorder.events()
+    first.loc[0, "bytes"] = 999  # a caller's edits stay in the caller's frame
+    first["extra"] = 1
+    recorder.event(0, 2, "upload", 1.0, 2.0, nbytes=7)  # after the table was built once
+    again = recorder.events()
+    assert again["bytes"].tolist() == [5, 7] and "extra" not in again
+    assert recorder.rounds().empty and len(recorder) == 2
+
+
 def test_a_small_step_counted_on_cpu_zeros_equals_the_meta_count(monkeypatch):
     """Cost-only FLOPs: the CPU shortcut for small steps counts what the meta device does."""
     from algorithms.losses import cross_entropy_loss
