@@ -386,14 +386,16 @@ def run(
     progress: bool | None = None,
     resume: bool = False,
 ) -> RunResult:
-    """Run a scenario end to end.
+    """Run a scenario end to end (what ``mecsim run`` does); exported as ``mecsim.run``.
 
     Args:
-        scenario: a TOML path, a mapping, or a :class:`Scenario`.
-        overrides: dotted ``key=value`` strings (or a mapping) applied before validation.
+        scenario: a TOML path, a mapping, or a :class:`~mecsim.scenario.Scenario`.
+        overrides: dotted ``key=value`` strings (or a mapping) applied before validation,
+            e.g. ``["protocol.rounds=5", "algorithm.name=ditto"]``.
         out: run directory; default ``<output.dir>/<name>-seed<seed>`` (suffixed if taken).
         device: ``cpu`` (default) or ``cuda`` for the real training.
-        executor: client-job backend; default ``execution.executor``.
+        executor: client-job backend (``auto``, ``serial``, ``batched``, ``ray``); default
+            ``execution.executor``.
         write: write the run directory (False: only return the tables).
         progress: show a progress bar (default: ``output.progress``).
         resume: continue the interrupted run into the same directory from its
@@ -401,7 +403,11 @@ def run(
             uninterrupted run's except the wall-clock columns.
 
     Returns:
-        The run's events, rounds and clients tables, summary, and run directory.
+        A :class:`RunResult`: ``events``, ``rounds`` and ``clients`` (pandas
+        DataFrames), ``summary`` (as in ``summary.json``), ``run_dir``.
+
+    Raises:
+        mecsim.errors.MecsimError: bad input, named by its field, before any work.
     """
     sc = load_scenario(scenario, overrides)
     if resume and not write:
