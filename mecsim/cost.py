@@ -23,7 +23,7 @@ import torch
 
 from mecsim.devices import DeviceProfile
 from mecsim.models.flops import FlopCount
-from mecsim.state import ModelState, TensorDict
+from mecsim.state import ModelState, TensorDict, zeros_like
 from mecsim.training import Loss, ModelFunction
 
 
@@ -69,8 +69,8 @@ def _count_step(
     device = reference.device
     if device.type == "meta" and _elements(start, consts, shapes) <= SMALL_STEP_ELEMENTS:
         device = torch.device("cpu")  # the same count, without importing Dynamo
-        start = ModelState(_zeros(start.params, device), _zeros(start.buffers, device))
-        consts = _zeros(consts, device)
+        start = ModelState(zeros_like(start.params, device), zeros_like(start.buffers, device))
+        consts = zeros_like(consts, device)
     batch = {
         name: {
             "x": torch.zeros(shape, device=device, dtype=reference.dtype),
@@ -102,10 +102,6 @@ milliseconds): the count depends only on shapes, and the meta kernels of common 
 def _elements(start: ModelState, consts: TensorDict, shapes: Mapping[str, tuple[int, ...]]) -> int:
     tensors = [*start.params.values(), *start.buffers.values(), *consts.values()]
     return sum(t.numel() for t in tensors) + sum(math.prod(s) for s in shapes.values())
-
-
-def _zeros(tensors: TensorDict, device: torch.device) -> TensorDict:
-    return {k: torch.zeros(v.shape, dtype=v.dtype, device=device) for k, v in tensors.items()}
 
 
 def compute_cost(flops: float, device: DeviceProfile) -> tuple[float, float]:

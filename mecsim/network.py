@@ -465,7 +465,9 @@ class Network:
     ) -> ClosedForm | None:
         """Receptions of transmissions each alone on its transmitter from ``start`` (or, with
         ``broadcast``, one transmission to all): :meth:`SharedTransmitter.advance`'s single
-        step in numpy, operation for operation. None if a link is in outage."""
+        step in numpy, operation for operation (alone, a transmission's share of the band
+        and power, ``B / 1`` and ``P / 1``, is ``B`` and ``P`` exactly). None if a link is in
+        outage."""
         psd = link.interference_dbm_hz
         interference_psd = 0.0 if psd is None else float(dbm_to_w(psd))
         path_gain = self.link_constants()["path_gain"][clients]
@@ -501,8 +503,8 @@ class Network:
             ids,
             bits,
             float(start),
-            self.server_bandwidth_hz / 1,
-            self.server_tx_power_w / 1,
+            self.server_bandwidth_hz,
+            self.server_tx_power_w,
             broadcast=True,
             worst=worst,
         )
@@ -518,8 +520,8 @@ class Network:
             clients,
             8 * nbytes,
             start,
-            const["bandwidth_hz"][clients] / 1,
-            const["tx_power_w"][clients] / 1,
+            const["bandwidth_hz"][clients],
+            const["tx_power_w"][clients],
         )
 
     def server_busy(self) -> bool:

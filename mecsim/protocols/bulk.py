@@ -118,7 +118,7 @@ def compute_and_wait_clients(
         fired[:1],
         _row(round_, SERVER, "downlink-send", "down", "sender", t0, tx_end),
         bytes=int(down.bits[0]) // 8,
-        energy_j=sim.network.server_tx_power_w / 1 * float(down.step[0]),
+        energy_j=sim.network.server_tx_power_w * float(down.step[0]),
     )
     rx = devices["rx_power_w"][clients]
     downloads = rows.add(
