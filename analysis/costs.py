@@ -30,22 +30,30 @@ def time_split(events: pd.DataFrame) -> dict[str, float]:
     """Mean seconds per round of each phase (per-client mean for client phases)."""
     if events.empty:
         return dict.fromkeys(PHASES, 0.0)
-    phases = events["phase"]
-    kind = phases.map({phase: _phase_kind(phase) for phase in phases.unique()})  # few distinct
-    timed = kind.notna().to_numpy()
-    frame = pd.DataFrame(  # only the columns the split reads
-        {
-            "round": events["round"].to_numpy()[timed],
-            "client": events["client"].to_numpy()[timed],
-            "kind": kind.to_numpy()[timed],
-            "seconds": (events["t_end"] - events["t_start"]).to_numpy()[timed],
-        }
-    )
+    # each row's kind, by position in PHASES (-1: untimed), through the few distinct phases
+    # (mapping the column itself would make a Python str per row)
+    of_phase, phases = pd.factorize(events["phase"])
+    codes = [PHASES.index(k) if (k := _phase_kind(p)) else -1 for p in phases]
+    kind = np.array([*codes, -1], dtype=np.int64)[of_phase]  # a missing phase (-1): untimed
+    timed = kind >= 0
     rounds = events.loc[events["round"] >= 0, "round"].nunique()  # not the public download
-    # total per (round, client, kind), then mean over the clients of a round, then over rounds
-    per_client = frame.groupby(["round", "client", "kind"])["seconds"].sum()
-    per_round = per_client.groupby(["round", "kind"]).mean().unstack("kind")
-    per_round = per_round.reindex(columns=list(PHASES)).fillna(0.0)
+    round_ = events["round"].to_numpy()[timed]
+    client = events["client"].to_numpy()[timed]
+    seconds = (events["t_end"] - events["t_start"]).to_numpy()[timed]
+    # total per (round, client, kind), then mean over the clients of a round, then over
+    # rounds; through integer keys ordered as (round, client, kind) and (round, kind):
+    # grouping by several columns held the rows several times over
+    n, span = len(PHASES), int(client.max()) + 2 if len(client) else 1  # clients from -1
+    key = ((round_ + 1) * span + (client + 1)) * n + kind[timed]
+    del round_, client, kind, timed
+    per_client = pd.Series(seconds).groupby(key).sum()
+    del key, seconds
+    keys = per_client.index.to_numpy()
+    per_round = per_client.groupby(keys // n // span * n + keys % n).mean()
+    round_of, kind_of = np.divmod(per_round.index.to_numpy(), n)
+    per_round.index = pd.MultiIndex.from_arrays([round_of - 1, kind_of])
+    per_round = per_round.unstack().reindex(columns=range(n)).fillna(0.0)
+    per_round.columns = list(PHASES)
     return {kind: float(per_round[kind].sum() / max(rounds, 1)) for kind in PHASES}
 
 
@@ -61,28 +69,42 @@ def idle_seconds(events: pd.DataFrame, rounds: pd.DataFrame) -> pd.Series:
     computing or uploading (overlaps count once). Asynchronous clients, which
     start their next job as soon as one ends, come out near zero.
     """
-    keys = ["round", "client"]
-    clients = events.loc[events["client"] >= 0, [*keys, "phase", "t_start", "t_end"]]
-    if clients.empty:
+    client = events["client"].to_numpy()
+    of_client = client >= 0
+    if not of_client.any():
         return pd.Series(dtype=float)
-    span = clients.groupby(keys).agg(start=("t_start", "min"), last=("t_end", "max"))
-    ends = rounds.set_index("round")["t_end"] if len(rounds) else pd.Series(dtype=float)
-    round_end = ends.reindex(span.index.get_level_values("round")).to_numpy()
-    last = span["last"].to_numpy()
-    stop = np.fmax(np.where(np.isnan(round_end), last, round_end), last)
-    # busy time: the union of the busy intervals, swept in start order per (round, client)
-    busy = clients[clients["phase"].str.startswith(BUSY)].sort_values([*keys, "t_start", "t_end"])
-    by_key = [busy["round"], busy["client"]]
-    reached = busy.groupby(by_key)["t_end"].cummax().groupby(by_key).shift()  # before each row
-    first = span["start"].reindex(pd.MultiIndex.from_frame(busy[keys])).to_numpy()
-    reach = np.fmax(reached.to_numpy(), first)
-    covered = np.clip(
-        busy["t_end"].to_numpy() - np.maximum(busy["t_start"].to_numpy(), reach), 0, None
+    # the client rows' numeric columns (not row copies: tables may hold millions of rows),
+    # sorted by (round, client, t_start, t_end)
+    busy = events["phase"].str.startswith(BUSY).to_numpy(dtype=bool)[of_client]
+    round_ = events["round"].to_numpy()[of_client]
+    client = client[of_client]
+    t_start = events["t_start"].to_numpy(dtype=float)[of_client]
+    t_end = events["t_end"].to_numpy(dtype=float)[of_client]
+    order = np.lexsort((t_end, t_start, client, round_))
+    round_, client, t_start, t_end, busy = (
+        a[order] for a in (round_, client, t_start, t_end, busy)
     )
-    busy_s = pd.Series(covered, index=busy.index).groupby(by_key).sum()
-    busy_s = busy_s.reindex(span.index, fill_value=0.0).to_numpy()
-    idle = np.clip(stop - span["start"].to_numpy() - busy_s, 0.0, None)
-    per_client = pd.Series(idle, index=span.index.get_level_values("client")).groupby(level=0).sum()
+    # one group per (round, client), its rows contiguous
+    new = np.ones(len(order), dtype=bool)
+    new[1:] = (round_[1:] != round_[:-1]) | (client[1:] != client[:-1])
+    heads = np.flatnonzero(new)
+    group = np.cumsum(new) - 1
+    start = t_start[heads]  # its first activity (rows are in start order)
+    last = np.maximum.reduceat(t_end, heads)
+    ends = rounds.set_index("round")["t_end"] if len(rounds) else pd.Series(dtype=float)
+    round_end = ends.reindex(round_[heads]).to_numpy(dtype=float)
+    stop = np.fmax(np.where(np.isnan(round_end), last, round_end), last)
+    # busy time: the union of the busy intervals, swept in start order per group
+    of_group = group[busy]
+    busy_end = pd.Series(t_end[busy])
+    reached = busy_end.groupby(of_group).cummax().groupby(of_group).shift()  # before each row
+    reach = np.fmax(reached.to_numpy(), start[of_group])
+    covered = np.clip(t_end[busy] - np.maximum(t_start[busy], reach), 0, None)
+    busy_s = pd.Series(covered).groupby(of_group).sum()
+    busy_s = busy_s.reindex(range(len(heads)), fill_value=0.0).to_numpy()
+    idle = np.clip(stop - start - busy_s, 0.0, None)
+    per_client = pd.Series(idle, index=pd.Index(client[heads], name="client"))
+    per_client = per_client.groupby(level=0).sum()
     return per_client.astype(float).sort_index()
 
 

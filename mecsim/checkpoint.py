@@ -48,15 +48,22 @@ FORMAT = 2
 
 
 class Ledger:
-    """Tensor-holding objects that processes may keep across events, numbered in order."""
+    """Tensor-holding objects that processes may keep across events, numbered in order.
 
-    def __init__(self) -> None:
+    Only a run that saves checkpoints needs them: with ``keep=False`` objects
+    are numbered but not held (a 100,000-client round's results and uploads,
+    16 MB of references, until the round's end).
+    """
+
+    def __init__(self, keep: bool = True) -> None:
         self.objects: dict[int, Any] = {}
         self.count = 0
+        self.keep = keep
 
     def add(self, obj: Any) -> Any:
         if obj is not None:
-            self.objects[self.count] = obj
+            if self.keep:
+                self.objects[self.count] = obj
             self.count += 1
         return obj
 

@@ -97,7 +97,7 @@ class Simulation:
         """Saves checkpoints at round ends, or swaps a saved one in (``--resume``)."""
         self.bulk_rounds = bulk_rounds
         """Whether protocols may run a round's clients in bulk (:mod:`mecsim.protocols.bulk`)."""
-        self.ledger = Ledger()
+        self.ledger = Ledger(keep=checkpointer is not None)
         """Payloads and job results processes hold across events (what a checkpoint saves)."""
         self.recorder = Recorder()
         self.server_state_peak_bytes = 0
@@ -224,6 +224,8 @@ class Simulation:
         ``tasks`` restricts the job to some of the round's tasks and
         ``steps[client]`` overrides their step counts (wait-free windows).
         """
+        steps = steps or {}
+        defaults: dict[str, int] = {}  # one read-only dict for the jobs without overrides
         jobs = [
             ClientJob(
                 c,
@@ -232,7 +234,7 @@ class Simulation:
                 payload,
                 self.indices[c],
                 tasks,
-                (steps or {}).get(c, {}),
+                steps.get(c, defaults),
             )
             for c, payload in payloads.items()
         ]

@@ -10,7 +10,7 @@ never typed in by hand.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor, nn
@@ -25,6 +25,7 @@ class ModelState:
 
     params: TensorDict
     buffers: TensorDict
+    _meta_nbytes: int | None = field(default=None, init=False, repr=False, compare=False)
 
     @classmethod
     def of(cls, model: nn.Module) -> ModelState:
@@ -39,17 +40,37 @@ class ModelState:
         """A state viewing a payload's tensors (at least ``template``'s keys); no copy.
 
         Sharing storage is safe: mecsim never updates a state in place (the
-        trainer and aggregation build new tensors).
+        trainer and aggregation build new tensors). For the same reason, the
+        clients of a broadcast share one state: a second call with the same
+        payload and template, whose entries are still the same tensors, returns
+        the state the first call built (100,000 clients, one view).
         """
+        last = _last_view[0]
+        if (
+            last is not None
+            and last[0] is payload
+            and last[1] is template
+            and last[2].views(payload)
+        ):
+            return last[2]
         missing = [k for k in (*template.params, *template.buffers) if k not in payload]
         if missing:
             raise KeyError(
                 f"payload lacks {len(missing)} model entries (first: {missing[0]!r}); "
                 "merge a partial payload into a state with ModelState.merge"
             )
-        return cls(
+        view = cls(
             {k: payload[k] for k in template.params},
             {k: payload[k] for k in template.buffers},
+        )
+        _last_view[0] = (payload, template, view)
+        return view
+
+    def views(self, payload: Payload) -> bool:
+        """Whether every entry of this state is the very tensor ``payload`` holds under its key."""
+        get = payload.get
+        return all(get(k) is v for k, v in self.params.items()) and all(
+            get(k) is v for k, v in self.buffers.items()
         )
 
     def merge(self, payload: Payload) -> ModelState:
@@ -86,11 +107,24 @@ class ModelState:
         """Where the parameters live (``meta`` in cost-only runs)."""
         return next(iter(self.params.values())).device
 
+    def meta_nbytes(self) -> int | None:
+        """Bytes the state's tensors stand for when all of them are meta tensors (cost-only
+        runs), computed once per state; None when any tensor holds values."""
+        if self._meta_nbytes is None:
+            tensors = [*self.params.values(), *self.buffers.values()]
+            meta = all(t.is_meta for t in tensors)
+            self._meta_nbytes = sum(t.nbytes for t in tensors) if meta else -1
+        return None if self._meta_nbytes < 0 else self._meta_nbytes
+
     def to(self, device: torch.device | str) -> ModelState:
         return ModelState(
             {k: v.to(device) for k, v in self.params.items()},
             {k: v.to(device) for k, v in self.buffers.items()},
         )
+
+
+_last_view: list[tuple[Payload, ModelState, ModelState] | None] = [None]
+"""The last view :meth:`ModelState.from_payload` built, with its payload and template."""
 
 
 def zeros_like(tensors: TensorDict, device: torch.device | None = None) -> TensorDict:
@@ -131,6 +165,10 @@ def state_nbytes(state: object) -> int:
                 seen.add(id(item))
                 total += item.nbytes
         elif isinstance(item, ModelState):
+            meta = item.meta_nbytes()
+            if meta is not None:
+                total += meta
+                continue
             stack.extend(item.params.values())
             stack.extend(item.buffers.values())
         elif isinstance(item, dict):

@@ -187,6 +187,13 @@ def test_ledger_forgets_objects_nothing_refers_to() -> None:
     assert ledger.live()[0] is kept
 
 
+def test_a_ledger_without_checkpoints_numbers_objects_but_holds_none() -> None:
+    ledger = Ledger(keep=False)
+    ledger.add({"a": 1})
+    ledger.add(None)
+    assert ledger.count == 1 and ledger.live() == {}
+
+
 @pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM", "SIGKILL"])
 def test_cli_resume_after_a_signal(tiny: dict[str, Any], tmp_path: Path, sig: str) -> None:
     import signal

@@ -136,3 +136,36 @@ def test_idle_seconds_equals_a_plain_interval_sweep(seed):
     assert set(ours.index) == set(_idle_by_sweep(events, rounds))
     for client, value in _idle_by_sweep(events, rounds).items():
         assert ours[client] == pytest.approx(value, abs=1e-9)
+
+
+@given(st.integers(0, 10_000))
+@settings(max_examples=30, deadline=None)
+def test_time_split_equals_plain_per_round_means(seed):
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 40))
+    phases = ["download", "compute:local", "upload", "wait:up", "aggregate", "server:x"]
+    starts = rng.uniform(0, 10, n).round(1)
+    events = pd.DataFrame(
+        {
+            "round": rng.integers(-1, 3, n),
+            "client": rng.integers(-1, 4, n),
+            "phase": rng.choice(phases, n),
+            "t_start": starts,
+            "t_end": starts + rng.uniform(0, 3, n).round(1),
+        }
+    )
+    kinds = {"compute:local": "compute", "aggregate": "server", "server:x": "server"}
+    totals: dict[tuple, float] = {}  # seconds per (round, kind, client)
+    for row in events.itertuples():
+        kind = kinds.get(row.phase, row.phase)
+        if kind != "wait:up":
+            key = (row.round, kind, row.client)
+            totals[key] = totals.get(key, 0.0) + row.t_end - row.t_start
+    rounds = max(len(set(events["round"]) - {-1}), 1)
+    for kind in ("upload", "download", "compute", "server"):
+        means = []
+        for r in sorted(set(events["round"])):
+            of_round = [v for (rr, k, _), v in totals.items() if rr == r and k == kind]
+            if of_round:
+                means.append(sum(of_round) / len(of_round))
+        assert time_split(events)[kind] == pytest.approx(sum(means) / rounds, abs=1e-9)

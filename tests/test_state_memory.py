@@ -28,6 +28,29 @@ def test_meta_tensors_count_each_time_they_stand_for_a_value():
     assert state_nbytes([stand_in, stand_in]) == 80
 
 
+def test_clients_of_one_broadcast_share_one_view_of_it():
+    template = ModelState({"w": torch.zeros(2)}, {"n": torch.zeros((), dtype=torch.long)})
+    payload = {"w": torch.ones(2), "n": torch.zeros((), dtype=torch.long), "extra": torch.ones(1)}
+    first = ModelState.from_payload(payload, template)
+    assert ModelState.from_payload(payload, template) is first
+    assert first.params["w"] is payload["w"] and first.buffers["n"] is payload["n"]
+    payload["w"] = torch.full((2,), 3.0)  # an entry replaced in place: a new view
+    second = ModelState.from_payload(payload, template)
+    assert second is not first and second.params["w"] is payload["w"]
+    assert ModelState.from_payload(dict(payload), template) is not second  # another payload
+
+
+def test_meta_state_bytes_are_numel_times_element_size():
+    state = ModelState(
+        {"w": torch.empty(3, 4, device="meta")},
+        {"n": torch.empty((), dtype=torch.long, device="meta")},
+    )
+    assert state.meta_nbytes() == 3 * 4 * 4 + 8
+    assert state_nbytes({"a": state, "b": [state]}) == 2 * (48 + 8)  # each stands for values
+    real = ModelState({"w": torch.zeros(3)}, {})
+    assert real.meta_nbytes() is None and state_nbytes({"a": real, "b": real}) == 12
+
+
 def _run(tiny, overrides, cost_only=False):
     flag = f"execution.cost_only={str(cost_only).lower()}"
     return mecsim.run(copy.deepcopy(tiny), [*overrides, flag], write=False)

@@ -98,7 +98,21 @@ def compute_and_wait_clients(
     arrived: list[Upload],
 ) -> Process:
     """Every selected client of a compute-and-wait round (see the module docstring)."""
-    env, t0 = sim.env, sim.env.now
+    end = _record_clients(sim, round_, down, results, arrived)
+    yield sim.env.timeout(_delay_to(sim.env.now, end))
+
+
+def _record_clients(
+    sim: Simulation,
+    round_: int,
+    down: ClosedForm,
+    results: dict[int, JobResult],
+    arrived: list[Upload],
+) -> float:
+    """Record the clients' rows, commit their states, append their uploads to ``arrived``;
+    return the instant the last client finished. (A function, not the generator, so the
+    round's arrays are freed before the clock moves.)"""
+    t0 = sim.env.now
     clients = down.clients
     n = len(clients)
     devices = sim.device_arrays
@@ -136,7 +150,8 @@ def compute_and_wait_clients(
     now = fired[1:].copy()
     busy = np.array([sim.busy_until[c] for c in clients.tolist()])
     last = downloads.copy()
-    parent = {}  # row -> the row whose processing schedules it
+    links: list[tuple[np.ndarray, np.ndarray]] = []  # (rows, the rows whose processing
+    # schedules them)
     result_list = [results[int(c)] for c in clients]
     flops_per_s, power_w = devices["flops_per_s"][clients], devices["power_w"][clients]
     for task in sim.tasks(round_):
@@ -153,7 +168,7 @@ def compute_and_wait_clients(
             flops=flops[ran],
             energy_j=power_w[ran] * seconds,
         )
-        parent.update(zip(computed.tolist(), last[ran].tolist(), strict=True))
+        links.append((computed, last[ran]))
         now[ran], last[ran] = end, computed
         busy[ran] = np.maximum(busy[ran], end)
     for i, c in enumerate(clients.tolist()):
@@ -179,7 +194,7 @@ def compute_and_wait_clients(
             rate_bps=up.effective_rate_bps,
             snr_db=up.mean_sinr_db,
         )
-        parent.update(zip(uploaded.tolist(), last[sends].tolist(), strict=True))
+        links.append((uploaded, last[sends]))
         finish[sends] = done
         for i in np.flatnonzero(sends).tolist():
             c = int(clients[i])
@@ -191,10 +206,11 @@ def compute_and_wait_clients(
     if np.unique(scheduled).size == scheduled.size:
         order = np.lexsort((sub, time))  # no ties: time order
     else:
-        order = _replay_order(time, unit_time, unit_of, timeline, parent)
-    sim.recorder.extend({name: np.concatenate(v)[order] for name, v in rows.columns.items()})
-    end = float(finish.max())
-    yield env.timeout(_delay_to(env.now, end))
+        order = _replay_order(time, unit_time, unit_of, timeline, links)
+    columns = rows.columns
+    # one column at a time, each column's segments freed as it is ordered
+    sim.recorder.extend({name: np.concatenate(columns.pop(name))[order] for name in EVENT_COLUMNS})
+    return float(finish.max())
 
 
 def _row(
@@ -244,18 +260,20 @@ def _replay_order(
     unit_time: list[float],
     unit_of: np.ndarray,
     timeline: np.ndarray,
-    parent: dict[int, int],
+    links: list[tuple[np.ndarray, np.ndarray]],
 ) -> np.ndarray:
     """The order SimPy processes the round's events in when some share a time: its queue
     (time, priority, event id), each event scheduled when the one before it is processed.
 
     Row 0 is the transmission's end and rows 1..n the receptions, fired by the radio's
-    wake-ups (``unit_time``); every other row is scheduled by its ``parent`` row.
+    wake-ups (``unit_time``); every other row is scheduled by its parent row (``links``:
+    pairs of row arrays, children and their parents).
     """
     urgent, normal = 0, 1
     children: dict[int, list[int]] = {}
-    for child, p in parent.items():
-        children.setdefault(p, []).append(child)
+    for rows, parents in links:
+        for child, p in zip(rows.tolist(), parents.tolist(), strict=True):
+            children.setdefault(p, []).append(child)
     units: list[list[int]] = [[] for _ in unit_time]
     for k, entry in enumerate(timeline.tolist()):
         units[int(unit_of[k])].append(entry)  # timeline entry e is row e
