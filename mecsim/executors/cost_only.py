@@ -21,7 +21,10 @@ def skip_training(ctx: TrainingContext, batch: TaskBatch) -> list[TrainResult]:
     """Each job keeps its start state; steps and FLOPs follow from the schedule."""
     schedule = batch.schedule
     sizes = batch.task.batch_sizes(schedule).items()
-    per_step: dict[tuple, int] = {}  # one step's FLOPs by what they depend on (see step_flops)
+    # One step's FLOPs by what varies between the jobs of one batch (the architecture,
+    # task and schedule are the batch's): a memo for this call only, in front of the
+    # StepMeter's cache, whose full key costs 2.5 us more per job (0.25 s at 100,000).
+    per_step: dict[tuple, int] = {}
     results = []
     for position, (job, start) in enumerate(zip(batch.jobs, batch.starts, strict=True)):
         n = job.indices[batch.task.split].shape[0]
