@@ -26,6 +26,17 @@ class ModelState:
     params: TensorDict
     buffers: TensorDict
     _meta_nbytes: int | None = field(default=None, init=False, repr=False, compare=False)
+    _view: tuple[Payload, ModelState] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
+    """As a template: the payload last viewed through it, and that view."""
+
+    def __getstate__(self) -> tuple:
+        return (self.params, self.buffers, self._meta_nbytes)  # not the last view
+
+    def __setstate__(self, state: tuple) -> None:
+        self.params, self.buffers, self._meta_nbytes = state
+        self._view = None
 
     @classmethod
     def of(cls, model: nn.Module) -> ModelState:
@@ -43,16 +54,12 @@ class ModelState:
         trainer and aggregation build new tensors). For the same reason, the
         clients of a broadcast share one state: a second call with the same
         payload and template, whose entries are still the same tensors, returns
-        the state the first call built (100,000 clients, one view).
+        the state the first call built (100,000 clients, one view). The
+        template remembers its last view (never pickled).
         """
-        last = _last_view[0]
-        if (
-            last is not None
-            and last[0] is payload
-            and last[1] is template
-            and last[2].views(payload)
-        ):
-            return last[2]
+        last = template._view
+        if last is not None and last[0] is payload and last[1].views(payload):
+            return last[1]
         missing = [k for k in (*template.params, *template.buffers) if k not in payload]
         if missing:
             raise KeyError(
@@ -63,7 +70,7 @@ class ModelState:
             {k: payload[k] for k in template.params},
             {k: payload[k] for k in template.buffers},
         )
-        _last_view[0] = (payload, template, view)
+        template._view = (payload, view)
         return view
 
     def views(self, payload: Payload) -> bool:
@@ -121,10 +128,6 @@ class ModelState:
             {k: v.to(device) for k, v in self.params.items()},
             {k: v.to(device) for k, v in self.buffers.items()},
         )
-
-
-_last_view: list[tuple[Payload, ModelState, ModelState] | None] = [None]
-"""The last view :meth:`ModelState.from_payload` built, with its payload and template."""
 
 
 def zeros_like(tensors: TensorDict, device: torch.device | None = None) -> TensorDict:
