@@ -524,6 +524,9 @@ def _run(
     if run_dir is not None:  # after the probe, whose timings a busy thread would disturb
         _import_writers_in_background()
     evaluator: Any = world.evaluator
+    if isinstance(evaluator, Evaluator) and executor_used == "batched":
+        # personalized models in vmapped groups: on a GPU always, on a CPU when faster
+        evaluator.batched = True if torch_device.type == "cuda" else None
     checkpointer = None
     if run_dir is not None:
         job_executor = ReplayingExecutor(job_executor, record=not cost_only)
@@ -629,6 +632,7 @@ def _run(
         "executor": executor_used,
         "executor_setting": executor or sc.execution.executor,
         "calibration": None if calibration is None else calibration.as_dict(),
+        "evaluation_probe": getattr(world.evaluator, "probe_result", None),
         "device": torch_device.type,
         "protocol": sc.protocol.model_dump(mode="json"),
         "network": sc.network.model_dump(mode="json", exclude_none=True),

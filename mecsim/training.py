@@ -23,12 +23,12 @@ a client's training is reproducible and independent of other clients.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor, nn
-from torch.func import functional_call
+from torch.func import functional_call, vmap
 
 from mecsim.models.layers import WEIGHTED
 from mecsim.state import ModelState, TensorDict
@@ -266,3 +266,65 @@ def predict(model: nn.Module, state: ModelState, x: Tensor, batch_size: int = 10
         for chunk in x.split(batch_size)
     ]
     return torch.cat(outputs) if outputs else torch.empty(0, dtype=torch.long, device=x.device)
+
+
+@torch.no_grad()
+def predict_many(
+    model: nn.Module,
+    states: Sequence[ModelState],
+    inputs: Sequence[Tensor],
+    max_samples: int = 8192,
+    max_state_bytes: int = 256 * 2**20,
+) -> list[Tensor]:
+    """Predicted labels of each state on its own inputs, ``predict`` for many clients at once.
+
+    States are taken in order of input length (shortest first, so a group's
+    inputs need little padding) and stacked into groups of at most
+    ``max_samples`` padded samples and ``max_state_bytes`` of stacked weights
+    (fixed limits: the grouping depends only on the data and the model).
+    Each group is one vmapped forward pass in eval mode; inputs are
+    zero-padded to the group's longest, and the padded rows are dropped.
+    """
+    model.eval()
+    labels: list[Tensor | None] = [None] * len(states)
+    if not states:
+        return []
+    first = states[0]
+    state_bytes = sum(t.nbytes for t in (*first.params.values(), *first.buffers.values()))
+    most = max(1, max_state_bytes // max(state_bytes, 1))
+
+    def forward(params: TensorDict, buffers: TensorDict, x: Tensor) -> Tensor:
+        return functional_call(model, (params, buffers), (x,)).argmax(dim=1)
+
+    batched = vmap(forward)
+    order = sorted(range(len(states)), key=lambda i: len(inputs[i]))
+    start = 0
+    while start < len(order):
+        end = start + 1  # lengths grow along the order: the last member is the longest
+        while (
+            end < len(order)
+            and end - start < most
+            and len(inputs[order[end]]) * (end + 1 - start) <= max_samples
+        ):
+            end += 1
+        group = order[start:end]
+        longest = len(inputs[group[-1]])
+        if longest == 0:
+            for i in group:
+                labels[i] = torch.empty(0, dtype=torch.long, device=inputs[i].device)
+        else:
+            x = torch.stack([_pad(inputs[i], longest) for i in group])
+            params = {k: torch.stack([states[i].params[k] for i in group]) for k in first.params}
+            buffers = {k: torch.stack([states[i].buffers[k] for i in group]) for k in first.buffers}
+            predicted = batched(params, buffers, x)
+            for j, i in enumerate(group):
+                labels[i] = predicted[j, : len(inputs[i])]
+        start = end
+    return labels  # type: ignore[return-value]
+
+
+def _pad(x: Tensor, length: int) -> Tensor:
+    """``x`` with zero rows appended up to ``length`` rows."""
+    if len(x) == length:
+        return x
+    return torch.cat([x, x.new_zeros(length - len(x), *x.shape[1:])])

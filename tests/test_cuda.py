@@ -45,3 +45,22 @@ def test_auto_on_cuda_is_batched_and_sized_from_the_gpus_memory(tiny):
     free = torch.cuda.mem_get_info()[0]
     assert 0 < calibration["budget_bytes"] <= free
     assert calibration["max_clients"] == calibration["budget_bytes"] // calibration["client_bytes"]
+
+
+def test_grouped_personalized_predictions_on_cuda_equal_one_at_a_time():
+    from mecsim.models import build_model
+    from mecsim.state import ModelState
+    from mecsim.training import predict, predict_many
+
+    model = build_model("cnn-small-bn", input_shape=(1, 8, 8), num_classes=10, seed=0).cuda()
+    base = ModelState.of(model)
+    states = [
+        ModelState({k: v + 0.1 * torch.rand_like(v) for k, v in base.params.items()}, base.buffers)
+        for _ in range(6)
+    ]
+    inputs = [torch.randn(n, 1, 8, 8, device="cuda") for n in (0, 3, 9, 1, 12, 5)]
+
+    grouped = predict_many(model, states, inputs)
+    for state, x, labels in zip(states, inputs, grouped, strict=True):
+        assert labels.device.type == "cuda"
+        assert torch.equal(labels, predict(model, state, x))

@@ -89,7 +89,7 @@ def _probe_splits(
     ]
 
 
-def _timed(fn, device: torch.device) -> float:
+def timed(fn, device: torch.device) -> float:
     """Seconds ``fn`` takes: the best of 3, or of fewer once a call took 0.25 s or more
     (one slow outlier must not decide)."""
     best = float("inf")
@@ -151,16 +151,16 @@ def calibrate(
     serial_s = batched_s = None
     if timing:
         serial()
-        serial_s = _timed(serial, device)
+        serial_s = timed(serial, device)
     saved_bytes = _saved_bytes(batched)  # also the warm-up
     if device.type == "cuda":
         torch.cuda.synchronize(device)
         before = torch.cuda.memory_allocated(device)
         torch.cuda.reset_peak_memory_stats(device)
-        batched_s = _timed(batched, device)
+        batched_s = timed(batched, device)
         group_bytes = torch.cuda.max_memory_allocated(device) - before
     else:
-        batched_s = _timed(batched, device) if timing else None
+        batched_s = timed(batched, device) if timing else None
         state = payload_nbytes(start.params)
         # stacked state + gradients + momentum + updated parameters, and the buffers twice
         group_bytes = saved_bytes + k * (4 * state + 2 * payload_nbytes(start.buffers))

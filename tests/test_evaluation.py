@@ -1,0 +1,156 @@
+"""Evaluation: batched personalized predictions equal one-at-a-time predictions."""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import pytest
+import torch
+
+import mecsim
+from mecsim.evaluation import Evaluator
+from mecsim.models import build_model
+from mecsim.models.catalog import Architecture, ModelCatalog
+from mecsim.state import ModelState
+from mecsim.training import predict, predict_many
+
+SHAPE = (1, 8, 8)
+
+
+def _states(model: torch.nn.Module, count: int, seed: int) -> list[ModelState]:
+    """``count`` distinct states of ``model``: perturbed weights and running statistics."""
+    generator = torch.Generator().manual_seed(seed)
+    base = ModelState.of(model)
+
+    def noisy(t: torch.Tensor, scale: float) -> torch.Tensor:
+        if not t.is_floating_point():
+            return t
+        return t + scale * torch.rand(t.shape, generator=generator)
+
+    return [
+        ModelState(
+            {k: noisy(v, 0.1) for k, v in base.params.items()},
+            {k: noisy(v, 0.5) for k, v in base.buffers.items()},
+        )
+        for _ in range(count)
+    ]
+
+
+@pytest.mark.parametrize(
+    "limits",
+    [{}, {"max_samples": 40}, {"max_state_bytes": 1}],  # one group, several, one state each
+)
+def test_predict_many_gives_each_states_own_predictions(limits):
+    model = build_model("cnn-small-bn", input_shape=SHAPE, num_classes=10, seed=0)
+    states = _states(model, 12, seed=1)
+    generator = torch.Generator().manual_seed(2)
+    sizes = [0, 7, 1, 13, 3, 0, 9, 20, 2, 5, 11, 4]  # ragged, with empty test sets
+    inputs = [torch.randn(n, *SHAPE, generator=generator) for n in sizes]
+
+    many = predict_many(model, states, inputs, **limits)
+
+    assert [len(p) for p in many] == sizes
+    for state, x, labels in zip(states, inputs, many, strict=True):
+        assert torch.equal(labels, predict(model, state, x))
+
+
+class _Personal:
+    """An algorithm stand-in: client 0 has no model, client 1 the global, others their own."""
+
+    def __init__(self, states: list[ModelState], generic: ModelState) -> None:
+        self.states, self.generic = states, generic
+
+    def generic_model(self, server_state):
+        return self.generic
+
+    def personal_model(self, client_state, server_state):
+        client = client_state["id"]
+        return None if client == 0 else self.generic if client == 1 else self.states[client]
+
+
+def test_batched_evaluation_equals_one_client_at_a_time():
+    model = build_model("cnn-small-bn", input_shape=SHAPE, num_classes=10, seed=0)
+    states = _states(model, 9, seed=3)
+    generator = torch.Generator().manual_seed(4)
+    x_test = torch.randn(60, *SHAPE, generator=generator)
+    y_test = torch.randint(0, 10, (60,), generator=generator)
+    local = [torch.arange(i * 6, i * 6 + (i % 4) * 2) for i in range(9)]  # some empty
+    catalog = ModelCatalog({"cnn": Architecture.of("cnn", model)}, ("cnn",) * 9, "cnn")
+    algorithm = _Personal(states, states[0])
+    clients = [{"id": c} for c in range(9)]
+
+    results = [
+        Evaluator(catalog, x_test, y_test, local, [1] * 9, batched=flag).evaluate(
+            algorithm, {}, clients, 1
+        )
+        for flag in (False, True)
+    ]
+
+    assert _same_with_nans(results[0], results[1])
+    assert math.isnan(results[1].client_acc[0])  # no personal model
+    assert sum(not math.isnan(a) for a in results[1].client_acc) == 6  # 3 empty test sets
+
+
+def _same_with_nans(a, b) -> bool:
+    pairs = [(a.generic_acc, b.generic_acc), (a.personal_acc, b.personal_acc)]
+    pairs += list(zip(a.client_acc, b.client_acc, strict=True))
+    return all(x == y or (math.isnan(x) and math.isnan(y)) for x, y in pairs)
+
+
+def test_a_batched_run_evaluates_personalized_models_in_groups(tiny, monkeypatch):
+    calls = []
+    original = mecsim.evaluation.predict_many
+
+    def spy(model, states, inputs, **kwargs):
+        calls.append(len(states))
+        return original(model, states, inputs, **kwargs)
+
+    monkeypatch.setattr(mecsim.evaluation, "predict_many", spy)
+    monkeypatch.setattr(Evaluator, "probe", lambda self, *args: True)  # grouping is faster
+    overrides = ["algorithm.name=ditto", "protocol.rounds=2"]
+    batched = mecsim.run(copy.deepcopy(tiny), overrides, executor="batched", write=False)
+    assert calls and max(calls) > 1
+    calls.clear()
+    serial = mecsim.run(copy.deepcopy(tiny), overrides, executor="serial", write=False)
+    assert not calls  # the serial executor's runs evaluate one client at a time
+    assert batched.rounds["personal_acc"].notna().all()
+    assert serial.rounds["personal_acc"].notna().all()
+
+
+@pytest.mark.parametrize(
+    ("serial_s", "batched_s", "batched"), [(1.0, 1.1, True), (1.0, 2.0, False)]
+)
+def test_the_probe_picks_groups_unless_one_at_a_time_is_clearly_faster(
+    monkeypatch, serial_s, batched_s, batched
+):
+    model = build_model("cnn-small", input_shape=SHAPE, num_classes=10, seed=0)
+    states = _states(model, 10, seed=5)
+    inputs = [torch.randn(4, *SHAPE) for _ in states]
+    times = iter([serial_s, batched_s])
+    monkeypatch.setattr(mecsim.evaluation, "timed", lambda fn, device: (fn(), next(times))[1])
+    catalog = ModelCatalog({"cnn": Architecture.of("cnn", model)}, ("cnn",) * 10, "cnn")
+    evaluator = Evaluator(catalog, torch.zeros(1, *SHAPE), torch.zeros(1), [], [], batched=None)
+
+    assert evaluator.probe(model, states, inputs) is batched
+    assert evaluator.probe_result == {
+        "batched": batched,
+        "serial_s": serial_s,
+        "batched_s": batched_s,
+        "probe_clients": 8,
+    }
+
+
+def test_the_summary_records_the_evaluation_probe_only_where_it_ran(tiny):
+    ditto = mecsim.run(
+        copy.deepcopy(tiny), ["algorithm.name=ditto"], executor="batched", write=False
+    )
+    fedavg = mecsim.run(copy.deepcopy(tiny), executor="batched", write=False)
+    serial = mecsim.run(
+        copy.deepcopy(tiny), ["algorithm.name=ditto"], executor="serial", write=False
+    )
+
+    probe = ditto.summary["evaluation_probe"]
+    assert probe["probe_clients"] >= 1 and probe["serial_s"] > 0 and probe["batched_s"] > 0
+    assert fedavg.summary["evaluation_probe"] is None  # its clients' model is the global one
+    assert serial.summary["evaluation_probe"] is None
