@@ -4,7 +4,8 @@ For K clients of one architecture, each doing S SGD steps of batch B on its
 own data, time (1) the serial trainer one client after another, (2) the
 batched trainer (one vmapped computation over stacked clients), and (3) the
 throughput bound: ONE model doing S steps of batch K*B (the same samples).
-Ratios are measured side by side in one process.
+Ratios are measured side by side in one process, the three interleaved,
+best of ``--repeat`` each.
 
     python benchmarks/bench_local_training.py                 # CPU defaults
     python benchmarks/bench_local_training.py --device cuda --clients 10 50 100 200
@@ -79,10 +80,13 @@ def bench(
 
     for fn in (serial, batched, bound):  # warm-up (allocator, kernels)
         fn()
-    best = {
-        name: min(timed(fn, device) for _ in range(repeat))
-        for name, fn in (("serial", serial), ("batched", batched), ("bound", bound))
-    }
+    # interleaved, best of ``repeat`` each: a slow spell of a shared machine then slows
+    # all three alike instead of deciding one of them
+    cases = (("serial", serial), ("batched", batched), ("bound", bound))
+    best = dict.fromkeys((name for name, _ in cases), float("inf"))
+    for _ in range(repeat):
+        for name, fn in cases:
+            best[name] = min(best[name], timed(fn, device))
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
         batched()
@@ -103,7 +107,7 @@ def main() -> None:
         "--resnet-max-clients", type=int, default=50, help="skip larger resnet cases"
     )
     parser.add_argument("--batch", type=int, default=16)
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument(
         "--cudnn-benchmark",
         action="store_true",
