@@ -188,3 +188,32 @@ def test_vmap_over_stacked_clients_updates_each_clients_stats():
         models[1], dict(models[1].named_parameters()) | dict(models[1].named_buffers()), (x[1],)
     )
     torch.testing.assert_close(out[1], expected, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["cnn-small", "cnn-small-bn", "cnn-kapc", "cnn-persfl"])
+def test_cnn_blocks_compute_conv_relu_pool_with_the_same_gradients(name):
+    """Blocks pool before their ReLU; outputs and gradients equal the papers' order bit for
+    bit, ties in a pooling window and windows without a positive value included."""
+    from torch import nn
+
+    model = build_model(name, input_shape=(1, 16, 16), num_classes=10, seed=0)
+    x = torch.randn(6, 1, 16, 16, generator=torch.Generator().manual_seed(0))
+    x[:, :, :6, :6] = 0.0  # flat regions: exact ties of the first conv's outputs
+    x[:2] = -x[:2].abs()  # mostly non-positive responses
+
+    def papers_order(x):
+        modules = list(model.features)
+        for i, module in enumerate(modules):
+            if isinstance(module, nn.MaxPool2d):
+                continue
+            x = module(x)
+            if isinstance(module, nn.ReLU):
+                x = modules[i - 1](x)  # the pool that precedes it, after it
+        return model.classifier(torch.flatten(x, 1))
+
+    model.train()
+    ours, theirs = model(x), papers_order(x)
+    assert torch.equal(ours, theirs)
+    weights = list(model.parameters())
+    grads = [torch.autograd.grad(out.square().sum(), weights) for out in (ours, theirs)]
+    assert all(torch.equal(a, b) for a, b in zip(*grads, strict=True))
