@@ -16,9 +16,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
-import sys
-import time
+
+from _child import run_child
 
 CHILD = """
 import hashlib, json, resource, sys
@@ -47,19 +46,13 @@ print(json.dumps({
 
 
 def measure(clients: int, executor: str, cap: int | None, budget: float | None) -> dict:
-    started = time.perf_counter()
-    args = [
+    return run_child(
+        CHILD,
         str(clients),
         executor,
         "-" if cap is None else str(cap),
         "-" if budget is None else str(budget),
-    ]
-    out = subprocess.run(
-        [sys.executable, "-c", CHILD, *args], check=True, capture_output=True, text=True
     )
-    figures = json.loads(out.stdout.strip().splitlines()[-1])
-    figures["process_s"] = time.perf_counter() - started
-    return figures
 
 
 def main() -> None:

@@ -14,10 +14,10 @@ same tables at ``--check`` clients.
 from __future__ import annotations
 
 import argparse
-import json
 import subprocess
 import sys
-import time
+
+from _child import run_child
 
 CHILD = """
 import json, resource, sys, time
@@ -63,16 +63,7 @@ print(len(runs[0].events))
 
 
 def measure(clients: int, bulk: bool) -> dict[str, float]:
-    started = time.perf_counter()
-    out = subprocess.run(
-        [sys.executable, "-c", CHILD, str(clients), "1" if bulk else "0"],
-        check=True,
-        capture_output=True,
-        text=True,
-    )
-    figures = json.loads(out.stdout.strip().splitlines()[-1])
-    figures["process_s"] = time.perf_counter() - started
-    return figures
+    return run_child(CHILD, str(clients), "1" if bulk else "0")
 
 
 def main() -> None:
