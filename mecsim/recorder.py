@@ -145,7 +145,6 @@ class Recorder:
             for name in EVENT_COLUMNS:
                 pieces = [part.pop(name) for part in parts]
                 columns[name] = pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
-                del pieces
             self._frame = pd.DataFrame(columns, copy=False)
             self._segments = [self._frame]
         return self._frame

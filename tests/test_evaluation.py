@@ -39,7 +39,8 @@ def _states(model: torch.nn.Module, count: int, seed: int) -> list[ModelState]:
 
 @pytest.mark.parametrize(
     "limits",
-    [{}, {"max_samples": 40}, {"max_state_bytes": 1}],  # one group, several, one state each
+    # one group, several, one state each, states whose inputs exceed a group
+    [{}, {"max_samples": 40}, {"max_state_bytes": 1}, {"max_samples": 8}],
 )
 def test_predict_many_gives_each_states_own_predictions(limits):
     model = build_model("cnn-small-bn", input_shape=SHAPE, num_classes=10, seed=0)

@@ -150,8 +150,8 @@ def _record_clients(
     now = fired[1:].copy()
     busy = np.array([sim.busy_until[c] for c in clients.tolist()])
     last = downloads.copy()
-    links: list[tuple[np.ndarray, np.ndarray]] = []  # (rows, the rows whose processing
-    # schedules them)
+    # (rows, their parents): the row whose processing schedules each row
+    links: list[tuple[np.ndarray, np.ndarray]] = []
     result_list = [results[int(c)] for c in clients]
     flops_per_s, power_w = devices["flops_per_s"][clients], devices["power_w"][clients]
     for task in sim.tasks(round_):
