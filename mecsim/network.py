@@ -288,8 +288,11 @@ class Network:
         down_rate, down = self._unit_gain(self.server_bandwidth_hz, self.server_tx_power_w)
         up_rate, up = self._unit_gain(const["bandwidth_hz"], const["tx_power_w"])
         sinr = np.minimum(up, down)
-        bad = (np.minimum(up_rate, down_rate) <= 0) | (~fading & (sinr < self.min_sinr))
-        for i in np.flatnonzero(bad)[:1].tolist():
+        bad = np.flatnonzero(
+            (np.minimum(up_rate, down_rate) <= 0) | (~fading & (sinr < self.min_sinr))
+        )
+        if len(bad):  # the first such client
+            i = int(bad[0])
             c = self.clients[i]
             if min(up_rate[i], down_rate[i]) <= 0:
                 raise ConfigError(
@@ -318,10 +321,11 @@ class Network:
         interference_psd_w_hz: float = 0.0,
     ) -> tuple[np.ndarray, np.ndarray]:
         """(rate, SINR) per link at fading gain 1: :class:`LinkBudget`'s arithmetic in numpy,
-        operation for operation (``math.log2``), so it equals the engine's bit for bit."""
+        operation for operation (``math.log2``), so it equals the engine's bit for bit. (Its
+        factor ``gain = 1.0`` and added ``interference_w = 0.0`` are exact, so left out.)"""
         noise_psd = float(dbm_to_w(self.config.noise_psd_dbm_hz))
         noise = (noise_psd + interference_psd_w_hz) * bandwidth_hz
-        sinr = power_w * 1.0 * path_gain / (noise + 0.0)  # gain 1, no fixed interference
+        sinr = power_w * path_gain / noise
         efficiency = self.channel.spectral_efficiency
         if efficiency is not None:
             rate = efficiency * np.asarray(bandwidth_hz, dtype=float)
