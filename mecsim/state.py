@@ -9,7 +9,7 @@ never typed in by hand.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -142,6 +142,12 @@ def zeros_like(tensors: TensorDict, device: torch.device | None = None) -> Tenso
         k: torch.zeros(v.shape, dtype=v.dtype, device=v.device if device is None else device)
         for k, v in tensors.items()
     }
+
+
+def stack(dicts: Sequence[TensorDict]) -> TensorDict:
+    """Per key, the tensors of ``dicts`` stacked along a new leading dimension (one entry
+    per dict, in order): what vmapped code over many clients' states takes."""
+    return {k: torch.stack([d[k] for d in dicts]) for k in dicts[0]} if dicts else {}
 
 
 def payload_nbytes(payload: Payload | None) -> int:

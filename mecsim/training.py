@@ -31,7 +31,7 @@ from torch import Tensor, nn
 from torch.func import functional_call, vmap
 
 from mecsim.models.layers import WEIGHTED
-from mecsim.state import ModelState, TensorDict
+from mecsim.state import ModelState, TensorDict, stack
 
 Outputs = dict[str, Tensor]
 """What a forward pass yields: ``logits`` and ``features`` (the classifier head's input)."""
@@ -319,8 +319,8 @@ def predict_many(
             labels[group[0]] = predict(model, states[group[0]], inputs[group[0]], max_samples)
         else:
             x = torch.stack([_pad(inputs[i], longest) for i in group])
-            params = {k: torch.stack([states[i].params[k] for i in group]) for k in first.params}
-            buffers = {k: torch.stack([states[i].buffers[k] for i in group]) for k in first.buffers}
+            params = stack([states[i].params for i in group])
+            buffers = stack([states[i].buffers for i in group])
             predicted = batched(params, buffers, x)
             for j, i in enumerate(group):
                 labels[i] = predicted[j, : len(inputs[i])]

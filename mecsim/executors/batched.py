@@ -32,7 +32,7 @@ from mecsim.executors.base import (
     TrainingContext,
     metered_training_flops,
 )
-from mecsim.state import ModelState, TensorDict
+from mecsim.state import ModelState, TensorDict, stack
 from mecsim.training import (
     Loss,
     ModelFunction,
@@ -43,10 +43,6 @@ from mecsim.training import (
     sgd_update,
     step_batches,
 )
-
-
-def _stack(dicts: Sequence[TensorDict]) -> TensorDict:
-    return {k: torch.stack([d[k] for d in dicts]) for k in dicts[0]} if dicts else {}
 
 
 def _prefix(tensors: TensorDict, n: int) -> TensorDict:
@@ -87,12 +83,12 @@ def train_batched(
         for name in orders[0]
     }
     trainable = schedule.trainable
-    params = _stack([starts[i].params for i in rank])
+    params = stack([starts[i].params for i in rank])
     names = [n for n in params if trainable is None or n in trainable]
     learn = {n: params[n] for n in names}
     frozen = {n: v for n, v in params.items() if n not in learn}
-    buffers = _stack([starts[i].buffers for i in rank])
-    constants = _stack([consts[i] for i in rank]) if consts and consts[0] else {}
+    buffers = stack([starts[i].buffers for i in rank])
+    constants = stack([consts[i] for i in rank]) if consts and consts[0] else {}
     template = splits[0]
 
     def step_loss(learn, frozen, buffers, batch, consts):
