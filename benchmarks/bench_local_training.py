@@ -2,10 +2,12 @@
 
 For K clients of one architecture, each doing S SGD steps of batch B on its
 own data, time (1) the serial trainer one client after another, (2) the
-batched trainer (one vmapped computation over stacked clients), and (3) the
-throughput bound: ONE model doing S steps of batch K*B (the same samples).
-Ratios are measured side by side in one process, the three interleaved,
-best of ``--repeat`` each.
+batched trainer (one vmapped computation over stacked clients, the model
+hand-batched where mecsim.models.stacked supports it), (3) the same with every
+layer through vmap's batching rules, for comparison, and (4) the throughput
+bound: ONE model doing S steps of batch K*B (the same samples). Ratios are
+measured side by side in one process, the four interleaved, best of
+``--repeat`` each.
 
     python benchmarks/bench_local_training.py                 # CPU defaults
     python benchmarks/bench_local_training.py --device cuda --clients 10 50 100 200
@@ -46,6 +48,7 @@ def bench(
     shape, classes = CASES[model_name]
     model = build_model(model_name, input_shape=shape, num_classes=classes, seed=0).to(device)
     function = ModelFunction(model)
+    vmapped = ModelFunction(model, hand_batched=False)  # every layer through vmap's rules
     loss = cross_entropy_loss("train")
     per_client = steps * batch
     x = torch.randn(clients * per_client, *shape, device=device)
@@ -75,14 +78,17 @@ def bench(
     def batched():
         train_batched(function, [start] * clients, splits(batch, clients), schedule, loss)
 
+    def vmap_rules():
+        train_batched(vmapped, [start] * clients, splits(batch, clients), schedule, loss)
+
     def bound():  # one model, the same samples, batches of clients x batch
         train(function, start, splits(clients * batch, 1)[0], bound_schedule, loss)
 
-    for fn in (serial, batched, bound):  # warm-up (allocator, kernels)
+    for fn in (serial, batched, vmap_rules, bound):  # warm-up (allocator, kernels)
         fn()
     # interleaved, best of ``repeat`` each: a slow spell of a shared machine then slows
     # all three alike instead of deciding one of them
-    cases = (("serial", serial), ("batched", batched), ("bound", bound))
+    cases = (("serial", serial), ("batched", batched), ("vmap", vmap_rules), ("bound", bound))
     best = dict.fromkeys((name for name, _ in cases), float("inf"))
     for _ in range(repeat):
         for name, fn in cases:
@@ -121,7 +127,7 @@ def main() -> None:
     print(f"device={device} torch={torch.__version__} threads={torch.get_num_threads()}")
     print(
         f"{'model':<10} {'clients':>7} {'steps':>5} {'serial s':>9} {'batched s':>9} {'bound s':>8}"
-        f" {'serial/batched':>14} {'batched/bound':>13}"
+        f" {'serial/batched':>14} {'batched/bound':>13} {'vmap rules/bound':>16}"
     )
     for name in args.models:
         resnet = name.startswith("resnet")
@@ -133,7 +139,8 @@ def main() -> None:
             peak = f" {t['peak_gib']:>6.2f} GiB peak (batched)" if "peak_gib" in t else ""
             print(
                 f"{name:<10} {k:>7} {steps:>5} {t['serial']:>9.3f} {t['batched']:>9.3f} {t['bound']:>8.3f}"
-                f" {t['serial'] / t['batched']:>13.2f}x {t['batched'] / t['bound']:>12.2f}x{peak}",
+                f" {t['serial'] / t['batched']:>13.2f}x {t['batched'] / t['bound']:>12.2f}x"
+                f" {t['vmap'] / t['bound']:>15.2f}x{peak}",
                 flush=True,
             )
 

@@ -40,7 +40,7 @@ from mecsim.training import (
     SplitData,
     TrainResult,
     gather,
-    sgd_update,
+    sgd_update_,
     step_batches,
 )
 
@@ -121,8 +121,8 @@ def train_batched(
         grads = dict(
             zip(names, torch.autograd.grad(values.sum(), list(leaves.values())), strict=True)
         )
-        with torch.no_grad():
-            learn, momentum = sgd_update(learn, grads, momentum, schedule)
+        with torch.no_grad():  # the stacks are this function's own: updated in place
+            momentum = sgd_update_(learn, grads, momentum, schedule)
         buffers = {n: v.detach() for n, v in new_buffers.items()}
     for position in reversed(range(active)):
         finished.append(_state_at(position, learn, frozen, buffers, params))
