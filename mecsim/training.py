@@ -322,7 +322,9 @@ def predict_many(
     inputs need little padding) and stacked into groups of at most
     ``max_samples`` padded samples and ``max_state_bytes`` of stacked weights
     (fixed limits: the grouping depends only on the data and the model).
-    Each group is one vmapped forward pass in eval mode; inputs are
+    Each group is one forward pass in eval mode, hand-batched where
+    :func:`~mecsim.models.stacked.stacked_forward` supports the model and
+    vmapped otherwise; inputs are
     zero-padded to the group's longest, and the padded rows are dropped. A
     state whose inputs alone exceed ``max_samples`` is predicted by
     :func:`predict`, in chunks of that many. (1,024 samples per group, the
@@ -339,6 +341,7 @@ def predict_many(
     def forward(params: TensorDict, buffers: TensorDict, x: Tensor) -> Tensor:
         return functional_call(model, (params, buffers), (x,)).argmax(dim=1)
 
+    hand_batched = stacked_forward(model)
     batched = vmap(forward)
     order = sorted(range(len(states)), key=lambda i: len(inputs[i]))
     start = 0
@@ -361,7 +364,10 @@ def predict_many(
             x = torch.stack([_pad(inputs[i], longest) for i in group])
             params = stack([states[i].params for i in group])
             buffers = stack([states[i].buffers for i in group])
-            predicted = batched(params, buffers, x)
+            if hand_batched is not None:
+                predicted = hand_batched(params, buffers, x, False)["logits"].argmax(dim=-1)
+            else:
+                predicted = batched(params, buffers, x)
             for j, i in enumerate(group):
                 labels[i] = predicted[j, : len(inputs[i])]
         start = end
