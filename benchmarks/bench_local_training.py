@@ -28,6 +28,7 @@ from mecsim.training import ModelFunction, Schedule, SplitData, train
 
 CASES = {
     "cnn-small": ((1, 8, 8), 10),
+    "cnn-kapc": ((1, 28, 28), 10),
     "resnet18": ((3, 32, 32), 10),
 }
 
