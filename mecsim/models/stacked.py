@@ -61,7 +61,7 @@ class _Step:
 
 def _modules(model: nn.Module) -> list[tuple[str, nn.Module]] | None:
     """The model's modules in call order, or None when the order is not known."""
-    if isinstance(model, ConvNet):
+    if type(model) is ConvNet:  # a subclass may override forward
         features = [(f"features.{n}", m) for n, m in model.features.named_children()]
         classifier = [(f"classifier.{n}", m) for n, m in model.classifier.named_children()]
         return [*features, ("", nn.Flatten()), *classifier]
@@ -77,6 +77,8 @@ def _supported(module: nn.Module) -> bool:
         return module.padding_mode == "zeros" and not isinstance(module.padding, str)
     if isinstance(module, nn.Flatten):
         return module.start_dim == 1 and module.end_dim == -1
+    if isinstance(module, nn.MaxPool2d):
+        return not module.return_indices
     if isinstance(module, nn.BatchNorm2d):
         # momentum None (a cumulative average) would need each client's own batch count
         return module.affine and module.track_running_stats and module.momentum is not None
@@ -121,6 +123,10 @@ def stacked_forward(model: nn.Module) -> StackedForward | None:
 
 def _to_grouped(h: Tensor) -> Tensor:
     """``[clients, batch, C, H, W]`` -> ``[batch, clients * C, H, W]``."""
+    if h.dim() != 5:
+        raise ValueError(
+            f"a hand-batched conv stage needs [clients, batch, C, H, W], got {h.shape}"
+        )
     clients, batch, channels = h.shape[:3]
     grouped = h.transpose(0, 1).reshape(batch, clients * channels, *h.shape[3:])
     return grouped.contiguous(memory_format=torch.channels_last)

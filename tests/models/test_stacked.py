@@ -9,6 +9,7 @@ from torch.func import grad, vmap
 
 import mecsim.training
 from mecsim.models import build_model
+from mecsim.models.cnn import ConvNet
 from mecsim.models.stacked import stacked_forward
 from mecsim.state import ModelState, stack
 from mecsim.training import ModelFunction, Schedule, sgd_update, sgd_update_
@@ -26,6 +27,13 @@ def conv_head() -> nn.Sequential:
         nn.MaxPool2d(3, stride=2, padding=1, ceil_mode=True),
         nn.Conv2d(6, 5, 1),
     )
+
+
+class NegatedConvNet(ConvNet):
+    """A ConvNet whose forward is its own: the hand-batched one would not know it."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return -super().forward(x)
 
 
 MODELS = {
@@ -127,8 +135,18 @@ def test_hand_batched_forward_equals_vmap_rules(name, training, hits):
         nn.Sequential(nn.Conv2d(1, 2, 3, padding="same"), nn.Flatten(), nn.Linear(18, 2)),
         nn.Sequential(nn.Conv2d(1, 2, 3), nn.BatchNorm2d(2, momentum=None), nn.Flatten()),
         nn.Sequential(nn.ReLU(), nn.Flatten()),
+        nn.Sequential(nn.Conv2d(1, 2, 3), nn.MaxPool2d(2, return_indices=True)),
+        NegatedConvNet((1, 8, 8), [(2, 3, 1)], [], 3),
     ],
-    ids=["resnet18", "dropout", "same-padding", "cumulative-bn", "no-weights"],
+    ids=[
+        "resnet18",
+        "dropout",
+        "same-padding",
+        "cumulative-bn",
+        "no-weights",
+        "pool-indices",
+        "convnet-subclass",
+    ],
 )
 def test_models_with_an_unsupported_part_have_no_hand_batched_forward(model):
     assert stacked_forward(model) is None
