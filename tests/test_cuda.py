@@ -64,3 +64,32 @@ def test_grouped_personalized_predictions_on_cuda_equal_one_at_a_time():
     for state, x, labels in zip(states, inputs, grouped, strict=True):
         assert labels.device.type == "cuda"
         assert torch.equal(labels, predict(model, state, x))
+
+
+@pytest.mark.parametrize("name", ["cnn-small-bn", "mlp"])
+def test_the_hand_batched_forward_on_cuda_equals_vmap_rules(name, full_float32):
+    from torch.func import vmap
+
+    from mecsim.models import build_model
+    from mecsim.state import ModelState, stack
+    from mecsim.training import ModelFunction
+
+    model = build_model(name, input_shape=(1, 8, 8), num_classes=10, seed=0).cuda().train()
+    base = ModelState.of(model)
+    params = stack(
+        [{k: v + 0.05 * torch.randn_like(v) for k, v in base.params.items()} for _ in range(4)]
+    )
+    buffers = stack([base.buffers] * 4)
+    x = torch.randn(4, 6, 1, 8, 8, device="cuda")
+
+    def run(function):
+        leaves = {k: v.clone().requires_grad_(True) for k, v in params.items()}
+        logits = vmap(lambda p, b, x: function(p, {k: v.clone() for k, v in b.items()}, x))(
+            leaves, buffers, x
+        )["logits"]
+        return logits, torch.autograd.grad(logits.square().sum(), list(leaves.values()))
+
+    hand, rules = run(ModelFunction(model)), run(ModelFunction(model, hand_batched=False))
+    torch.testing.assert_close(hand[0], rules[0], rtol=1e-5, atol=1e-5)
+    for a, b in zip(hand[1], rules[1], strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
