@@ -23,7 +23,6 @@ functorch level, runs through ``vmap``'s rules as before.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -45,10 +44,6 @@ except ImportError:  # pragma: no cover - depends on the torch build
     _add_batch_dim = None
 
 TensorDict = dict[str, Tensor]
-StackedForward = Callable[[TensorDict, TensorDict, Tensor, bool], dict[str, Tensor]]
-"""``forward(params, buffers, x, training)`` on stacked tensors: every tensor has a
-leading client dimension; returns ``logits`` and ``features`` with the same."""
-
 _SUPPORTED = (nn.Conv2d, nn.Linear, nn.BatchNorm2d, nn.MaxPool2d, nn.ReLU, nn.Flatten)
 
 
@@ -85,6 +80,38 @@ def _supported(module: nn.Module) -> bool:
     return True
 
 
+@dataclass(frozen=True)
+class StackedForward:
+    """A hand-batched forward pass: ``forward(params, buffers, x, training)``.
+
+    Every tensor has a leading client dimension; the outputs, ``logits`` and
+    ``features`` (the head's input), too. ``params`` and ``buffers`` name the
+    tensors it reads: a call that lacks one goes through vmap's rules instead
+    (``functional_call`` would have taken it from the template).
+    """
+
+    steps: tuple[_Step, ...]
+    params: frozenset[str]
+    buffers: frozenset[str]
+
+    def __call__(
+        self, params: TensorDict, buffers: TensorDict, x: Tensor, training: bool
+    ) -> dict[str, Tensor]:
+        clients = x.shape[0]
+        h, grouped = x, False  # grouped: [batch, clients * C, H, W]; else [clients, batch, ...]
+        features = x
+        for step in self.steps:
+            module = step.module
+            if isinstance(module, (nn.Conv2d, nn.BatchNorm2d, nn.MaxPool2d)) and not grouped:
+                h, grouped = _to_grouped(h), True
+            elif isinstance(module, (nn.Linear, nn.Flatten)) and grouped:
+                h, grouped = _to_clients(h, clients), False
+            if step.head:
+                features = _to_clients(h, clients) if grouped else h
+            h = _apply(step, h, params, buffers, clients, training)
+        return {"logits": _to_clients(h, clients) if grouped else h, "features": features}
+
+
 def stacked_forward(model: nn.Module) -> StackedForward | None:
     """A hand-batched forward pass of ``model``, or None when it has an unsupported part.
 
@@ -98,27 +125,15 @@ def stacked_forward(model: nn.Module) -> StackedForward | None:
     weighted = [i for i, (_, m) in enumerate(modules) if isinstance(m, WEIGHTED)]
     if not weighted:
         return None
-    steps = [
+    steps = tuple(
         _Step(m, f"{name}." if name else "", i == weighted[-1])
         for i, (name, m) in enumerate(modules)
-    ]
-
-    def forward(params: TensorDict, buffers: TensorDict, x: Tensor, training: bool) -> dict:
-        clients = x.shape[0]
-        h, grouped = x, False  # grouped: [batch, clients * C, H, W]; else [clients, batch, ...]
-        features = x
-        for step in steps:
-            module = step.module
-            if isinstance(module, (nn.Conv2d, nn.BatchNorm2d, nn.MaxPool2d)) and not grouped:
-                h, grouped = _to_grouped(h), True
-            elif isinstance(module, (nn.Linear, nn.Flatten)) and grouped:
-                h, grouped = _to_clients(h, clients), False
-            if step.head:
-                features = _to_clients(h, clients) if grouped else h
-            h = _apply(step, h, params, buffers, clients, training)
-        return {"logits": _to_clients(h, clients) if grouped else h, "features": features}
-
-    return forward
+    )
+    return StackedForward(
+        steps,
+        frozenset(f"{s.prefix}{n}" for s in steps for n, _ in s.module.named_parameters()),
+        frozenset(f"{s.prefix}{n}" for s in steps for n, _ in s.module.named_buffers()),
+    )
 
 
 def _to_grouped(h: Tensor) -> Tensor:
@@ -151,7 +166,8 @@ def _apply(
     if isinstance(module, nn.Flatten):
         return h.reshape(clients, h.shape[1], -1)
     if isinstance(module, nn.Linear):
-        weight, bias = params[p + "weight"], params.get(p + "bias")
+        weight = params[p + "weight"]
+        bias = None if module.bias is None else params[p + "bias"]
         flat = h.reshape(clients, -1, h.shape[-1])
         out = (
             flat @ weight.transpose(1, 2)
@@ -160,7 +176,8 @@ def _apply(
         )
         return out.reshape(*h.shape[:-1], out.shape[-1])
     if isinstance(module, nn.Conv2d):
-        weight, bias = params[p + "weight"], params.get(p + "bias")
+        weight = params[p + "weight"]
+        bias = None if module.bias is None else params[p + "bias"]
         return F.conv2d(
             h,
             weight.reshape(-1, *weight.shape[2:]),
@@ -204,11 +221,13 @@ def call_stacked(
     """Run ``forward`` on the physical tensors of the current vmap level.
 
     Returns the outputs batched at that level, or None when ``x`` is not
-    batched at the current level or another tensor is wrapped by a
-    functorch transform other than this vmap (the caller then runs the
-    model through vmap's rules).
+    batched at the current level, a tensor the pass reads is missing, or
+    another tensor is wrapped by a functorch transform other than this vmap
+    (the caller then runs the model through vmap's rules).
     """
     if _add_batch_dim is None or not is_batchedtensor(x):
+        return None
+    if not (forward.params <= params.keys() and forward.buffers <= buffers.keys()):
         return None
     level = maybe_current_level()
     if level is None or maybe_get_level(x) != level:

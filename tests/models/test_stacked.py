@@ -168,6 +168,17 @@ def test_a_vmap_inside_another_transform_runs_through_vmap_rules(hits):
         assert torch.equal(grads[key], rules[key])
 
 
+def test_a_call_that_lacks_a_tensor_runs_through_vmap_rules(hits):
+    model = MODELS["cnn-small"]()
+    params, buffers = client_states(model)
+    partial = {k: v for k, v in params.items() if k != "classifier.2.bias"}
+    x = torch.randn(CLIENTS, BATCH, 1, 8, 8)
+    out = vmap(ModelFunction(model), in_dims=(0, 0, 0))(partial, buffers, x)
+    assert hits["hand"] == 0  # functional_call takes the missing bias from the template
+    rules = vmap(ModelFunction(model, hand_batched=False))(partial, buffers, x)
+    torch.testing.assert_close(out["logits"], rules["logits"])
+
+
 def test_outside_vmap_the_model_runs_as_usual(hits):
     model = MODELS["cnn-small"]()
     state = ModelState.of(model)
