@@ -1,9 +1,10 @@
+import pytest
 import torch
 from mecsim.algorithms.losses import cross_entropy_loss
 from torch import nn
 
 from mecsim.state import ModelState
-from mecsim.training import ModelFunction, Schedule, SplitData, batch_order, train
+from mecsim.training import ModelFunction, Schedule, SplitData, batch_order, sgd_update_, train
 
 
 def fit(model, start, x, y, indices, schedule, generator, loss=None, consts=None):
@@ -152,3 +153,65 @@ def test_a_diverging_learning_rate_stops_the_run_naming_round_client_and_setting
     err = capsys.readouterr().err
     assert "algorithm.lr" in err and "round 0" in err and "client" in err
     assert "Traceback" not in err and not (tmp_path / "run").exists()
+
+
+def reference_sgd(params, grads, momentum_buffers, schedule):
+    """One SGD step out of place, written the plain way: the rounding to match."""
+    new_params, new_buffers = dict(params), dict(momentum_buffers)
+    for name, grad in grads.items():
+        p = params[name]
+        if schedule.weight_decay:
+            grad = grad + schedule.weight_decay * p
+        if schedule.momentum:
+            previous = momentum_buffers.get(name)
+            grad = grad if previous is None else schedule.momentum * previous + grad
+            new_buffers[name] = grad
+        new_params[name] = p - schedule.lr * grad
+    return new_params, new_buffers
+
+
+@pytest.mark.parametrize("momentum, weight_decay", [(0.0, 0.0), (0.9, 0.0), (0.5, 1e-3)])
+def test_sgd_in_place_rounds_as_plain_sgd_matches_torch_and_leaves_gradients_alone(
+    momentum, weight_decay
+):
+    g = torch.Generator().manual_seed(3)
+    schedule = Schedule(lr=0.1, momentum=momentum, weight_decay=weight_decay)
+    params = {"w": torch.randn(4, 3, generator=g), "b": torch.randn(3, generator=g)}
+    owned = {k: v.clone() for k, v in params.items()}
+    torch_params = [v.clone().requires_grad_(True) for v in params.values()]
+    optimizer = torch.optim.SGD(torch_params, lr=0.1, momentum=momentum, weight_decay=weight_decay)
+    expected_momentum: dict = {}
+    momentum_buffers: dict = {}
+    for _ in range(3):
+        grads = {k: torch.randn(v.shape, generator=g) for k, v in params.items()}
+        kept = {k: v.clone() for k, v in grads.items()}
+        params, expected_momentum = reference_sgd(params, grads, expected_momentum, schedule)
+        momentum_buffers = sgd_update_(owned, grads, momentum_buffers, schedule)
+        for p, grad in zip(torch_params, grads.values(), strict=True):
+            p.grad = grad.clone()
+        optimizer.step()
+        for k in params:
+            assert torch.equal(owned[k], params[k])  # bit for bit
+            assert torch.equal(grads[k], kept[k])  # a gradient may be a loss constant
+        for p, value in zip(torch_params, owned.values(), strict=True):
+            torch.testing.assert_close(p.detach(), value)  # torch's (fused) rounding aside
+        assert momentum_buffers.keys() == expected_momentum.keys()
+        for k in expected_momentum:
+            assert torch.equal(momentum_buffers[k], expected_momentum[k])
+
+
+def test_training_leaves_the_start_state_alone():
+    model = nn.Sequential(nn.Flatten(), nn.Linear(4, 3))
+    state = ModelState.of(model)
+    before = {k: v.clone() for k, v in state.params.items()}
+    x, y = torch.randn(12, 4), torch.randint(0, 3, (12,))
+    split = SplitData(x, y, torch.arange(12), 4, torch.Generator().manual_seed(0))
+    schedule = Schedule(epochs=2, batch_size=4, lr=0.5, momentum=0.9)
+    result = train(
+        ModelFunction(model), state, {"train": split}, schedule, cross_entropy_loss("train")
+    )
+    assert result.steps == 6
+    for k, v in state.params.items():
+        assert torch.equal(v, before[k])  # trained in place on copies only
+        assert not torch.equal(result.state.params[k], v)
+        assert not result.state.params[k].requires_grad

@@ -12,7 +12,7 @@ from mecsim.models import build_model
 from mecsim.models.cnn import ConvNet
 from mecsim.models.stacked import stacked_forward
 from mecsim.state import ModelState, stack
-from mecsim.training import ModelFunction, Schedule, sgd_update, sgd_update_
+from mecsim.training import ModelFunction
 
 CLIENTS, BATCH = 3, 5
 
@@ -186,24 +186,3 @@ def test_outside_vmap_the_model_runs_as_usual(hits):
     out = ModelFunction(model)(state.params, state.buffers, x)
     assert hits["hand"] == 0
     torch.testing.assert_close(out["logits"], model(x))
-
-
-@pytest.mark.parametrize("momentum, weight_decay", [(0.0, 0.0), (0.9, 0.0), (0.5, 1e-3)])
-def test_sgd_in_place_equals_sgd_bit_for_bit_and_leaves_gradients_alone(momentum, weight_decay):
-    g = torch.Generator().manual_seed(3)
-    schedule = Schedule(lr=0.1, momentum=momentum, weight_decay=weight_decay)
-    params = {"w": torch.randn(4, 3, generator=g), "b": torch.randn(3, generator=g)}
-    owned = {k: v.clone() for k, v in params.items()}
-    expected_momentum: dict = {}
-    momentum_buffers: dict = {}
-    for _ in range(3):
-        grads = {k: torch.randn(v.shape, generator=g) for k, v in params.items()}
-        kept = {k: v.clone() for k, v in grads.items()}
-        params, expected_momentum = sgd_update(params, grads, expected_momentum, schedule)
-        momentum_buffers = sgd_update_(owned, grads, momentum_buffers, schedule)
-        for k in params:
-            assert torch.equal(owned[k], params[k])
-            assert torch.equal(grads[k], kept[k])  # a gradient may be a loss constant
-        assert momentum_buffers.keys() == expected_momentum.keys()
-        for k in expected_momentum:
-            assert torch.equal(momentum_buffers[k], expected_momentum[k])
