@@ -1,4 +1,4 @@
-"""Personalized evaluation of many clients: one model at a time against vmapped groups.
+"""Personalized evaluation of many clients: one model at a time against stacked groups.
 
 Each client holds its own model (as Ditto's or FedPer's clients do) and a
 local test set; the evaluator predicts every client's test set with its own

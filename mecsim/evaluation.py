@@ -55,7 +55,7 @@ class Evaluator:
     ) -> None:
         self.models = models
         self.batched = batched
-        """Predict the clients' distinct personalized models in vmapped groups
+        """Predict the clients' distinct personalized models in stacked groups
         (:func:`~mecsim.training.predict_many`, the same labels) instead of one at a
         time; None: decide by timing both on the first evaluation that has such models
         (:meth:`probe`)."""
@@ -126,11 +126,12 @@ class Evaluator:
     def probe(
         self, module: nn.Module, states: Sequence[ModelState], inputs: Sequence[Tensor]
     ) -> bool:
-        """Whether predicting in vmapped groups is faster, timed on up to
+        """Whether predicting in stacked groups is faster, timed on up to
         :data:`PROBE_CLIENTS` of these clients each way (after a warm-up): batched
         unless one at a time is clearly faster (:data:`SERIAL_MARGIN`), as for training.
-        On 2 CPU cores cnn-small predicts 8x8 digits 1.7-2.5x faster in groups but
-        28x28 inputs about 1.4x slower (vmapped convolutions become grouped ones)."""
+        On 2 CPU cores cnn-small predicts 6-8x faster in groups on 8x8 digits and
+        1.1-1.7x on 28x28 images; models without a hand-batched forward are vmapped,
+        where 28x28 inputs predicted about 1.4x slower in groups."""
         k = min(PROBE_CLIENTS, len(states))
         device = inputs[0].device
         states, inputs = states[:k], inputs[:k]

@@ -525,7 +525,7 @@ def _run(
         _import_writers_in_background()
     evaluator: Any = world.evaluator
     if isinstance(evaluator, Evaluator) and executor_used == "batched":
-        # personalized models in vmapped groups: on a GPU always, on a CPU when faster
+        # personalized models in stacked groups: on a GPU always, on a CPU when faster
         evaluator.batched = True if torch_device.type == "cuda" else None
     checkpointer = None
     if run_dir is not None:

@@ -313,8 +313,8 @@ def predict_many(
     (fixed limits: the grouping depends only on the data and the model).
     Each group is one forward pass in eval mode, hand-batched where
     :func:`~mecsim.models.stacked.stacked_forward` supports the model and
-    vmapped otherwise; inputs are
-    zero-padded to the group's longest, and the padded rows are dropped. A
+    vmapped otherwise; inputs are zero-padded to the group's longest, and the
+    padded rows are dropped. A
     state whose inputs alone exceed ``max_samples`` is predicted by
     :func:`predict`, in chunks of that many. (1,024 samples per group, the
     chunk of ``predict``, was also the fastest of 512-8,192 for cnn-small.)
