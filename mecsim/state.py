@@ -51,7 +51,8 @@ class ModelState:
         """A state viewing a payload's tensors (at least ``template``'s keys); no copy.
 
         Sharing storage is safe: mecsim never updates a state in place (the
-        trainer and aggregation build new tensors). For the same reason, the
+        trainers update copies of their own; aggregation builds new tensors).
+        For the same reason, the
         clients of a broadcast share one state: a second call with the same
         payload and template, whose entries are still the same tensors, returns
         the state the first call built (100,000 clients, one view). The
