@@ -108,6 +108,15 @@ class Reception:
         mean = self.sinr_time / d
         return 10 * math.log10(mean) if mean > 0 else -math.inf
 
+    def cut(self, now: float) -> Reception:
+        """This open reception cut off at ``now`` (its state advanced to ``now``): a closed
+        copy whose ``bits`` are those received so far."""
+        assert self.end is None and now >= self.start, "only an open reception is cut off"
+        cut = copy.copy(self)
+        cut.bits = self.bits - self.remaining
+        cut.remaining, cut.end = 0.0, now
+        return cut
+
 
 @dataclass(eq=False)
 class Transmission:

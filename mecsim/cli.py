@@ -181,6 +181,13 @@ def _parser() -> argparse.ArgumentParser:
     rep.add_argument("runs", nargs="+", help="run directories")
     rep.add_argument("--out", default=None, help="directory for the tables (default: print only)")
 
+    check_run = commands.add_parser(
+        "check-run",
+        parents=[plugins],
+        help="check a run directory's ledger: energy, air time, bytes, overlaps, totals",
+    )
+    check_run.add_argument("run_dir", help="a directory `mecsim run` wrote")
+
     describe = commands.add_parser(
         "describe",
         parents=[plugins],
@@ -290,6 +297,12 @@ def _main(args: argparse.Namespace) -> int:
             return _compare(args)
         if args.command == "report":
             return _report(args)
+        if args.command == "check-run":
+            from mecsim.invariants import check_run, render
+
+            checks = check_run(args.run_dir)
+            sys.stdout.write(render(checks))
+            return 0 if all(c.ok for c in checks) else 1
         from mecsim.runner import run
 
         result = run(

@@ -28,7 +28,7 @@ simulator asks it and records what it answers. The physics (see DESIGN.md,
 from __future__ import annotations
 
 import math
-from collections.abc import Generator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -528,6 +528,10 @@ class Network:
             const["tx_power_w"][clients],
         )
 
+    def sync(self) -> None:
+        """Advance the server radio's state to now (its open receptions' bits and energy)."""
+        self._server._sync()
+
     def server_busy(self) -> bool:
         """Whether a transmission is on the server's radio now (its state advanced to now)."""
         self._server._sync()
@@ -603,25 +607,46 @@ class Network:
 
     # --- uplink -----------------------------------------------------------------------
     def upload(
-        self, client: int, nbytes: int, key: tuple
+        self,
+        client: int,
+        nbytes: int,
+        key: tuple,
+        on_grant: Callable[[float], None] | None = None,
     ) -> Generator[simpy.Event, Any, tuple[float, Reception]]:
         """Client ``client`` sends ``nbytes`` on its own band (after waiting for spectrum,
-        if the cell's band is finite). Returns (when it got the spectrum, its reception)."""
+        if the cell's band is finite; ``on_grant`` hears when it got it). Returns (when it
+        got the spectrum, its reception)."""
         assert self.env is not None, "Network.bind(env) first"
         profile = self.clients[client]
         if self._cell is not None:
             yield self._cell.get(round(profile.bandwidth_hz))  # whole Hz: exact bookkeeping
         granted = self.env.now
-        reception = self._reception("up", client, nbytes, key)
-        transmitter = SharedTransmitter(profile.bandwidth_hz, profile.tx_power_w)
-        transmitter.now = granted
-        transmitter.start(Transmission([reception]))
-        try:
-            transmitter.advance(math.inf)
-        except PermanentOutage as error:
-            raise ConfigError("network.min_snr_db", str(error)) from None
+        if on_grant is not None:
+            on_grant(granted)
+        reception = self._upload_until(client, nbytes, key, granted, math.inf)
         assert reception.end is not None
         yield self.env.timeout(reception.end - granted)
         if self._cell is not None:
             yield self._cell.put(round(profile.bandwidth_hz))
         return granted, reception
+
+    def upload_progress(
+        self, client: int, nbytes: int, key: tuple, granted: float, until: float
+    ) -> Reception:
+        """The upload :meth:`upload` started at ``granted``, as it stands at ``until`` (the
+        same seeded fading and interference, so the same bits): open if unfinished."""
+        return self._upload_until(client, nbytes, key, granted, until)
+
+    def _upload_until(
+        self, client: int, nbytes: int, key: tuple, granted: float, until: float
+    ) -> Reception:
+        profile = self.clients[client]
+        reception = self._reception("up", client, nbytes, key)
+        transmitter = SharedTransmitter(profile.bandwidth_hz, profile.tx_power_w)
+        transmitter.now = granted
+        transmitter.start(Transmission([reception]))
+        try:
+            transmitter.advance(until)
+        except PermanentOutage as error:
+            raise ConfigError("network.min_snr_db", str(error)) from None
+        return reception

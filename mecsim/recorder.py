@@ -18,6 +18,7 @@ EVENT_COLUMNS = [
     "role",
     "t_start",
     "t_end",
+    "duration_s",
     "bytes",
     "flops",
     "energy_j",
@@ -31,6 +32,10 @@ activity belongs to; ``job`` identifies the client job (the round in
 synchronous protocols; -1 for server rows); ``direction`` is ``up``, ``down``
 or ``none`` and ``role`` ``sender``, ``receiver`` or ``none``. Bytes moved in a
 direction are the sender rows' for ``up`` and the receiver rows' for ``down``.
+``duration_s`` is stored where it is computed (``flops / FLOP/s``, a transfer's
+air time), not recomputed as ``t_end - t_start``: late in a long run the
+difference of two absolute times loses the low digits of a nanosecond step,
+and a row's energy is its power times this duration.
 """
 
 SERVER = -1
@@ -69,6 +74,7 @@ class Recorder:
         t_start: float,
         t_end: float,
         *,
+        duration_s: float | None = None,
         job: int | None = None,
         direction: str = "none",
         role: str = "none",
@@ -78,7 +84,8 @@ class Recorder:
         rate_bps: float = float("nan"),
         snr_db: float = float("nan"),
     ) -> None:
-        """Record one activity (times in simulated seconds)."""
+        """Record one activity (times in simulated seconds; ``duration_s`` defaults to
+        ``t_end - t_start``)."""
         if job is None:
             job = -1 if client == SERVER else round_
         if not self._segments or self._segments[-1] is not self._events:
@@ -96,6 +103,7 @@ class Recorder:
                 role,
                 t_start,
                 t_end,
+                t_end - t_start if duration_s is None else duration_s,
                 nbytes,
                 flops,
                 energy_j,

@@ -601,6 +601,7 @@ def _run(
             "tx_power_dbm": [c.tx_power_dbm for c in clients],
             "device": [c.device.name for c in clients],
             "device_flops_per_s": [c.device.flops_per_s for c in clients],
+            "device_power_w": [c.device.power_w for c in clients],
             "rx_power_w": [c.device.rx_power_w for c in clients],
             "idle_power_w": [c.device.idle_power_w for c in clients],
             "num_train": num_train,

@@ -118,6 +118,9 @@ class Simulation:
         self._updates = 0
         self.total_updates = 0
         """Client updates the server has applied (this round / in all)."""
+        self._in_progress: dict[int, Callable[[], None]] = {}
+        """Activities under way, each with what records it if the run ends first."""
+        self._activities = 0
 
     @property
     def server_state(self) -> ServerState:
@@ -286,19 +289,33 @@ class Simulation:
         """Start the server's transmission(s) now; each is recorded when it ends."""
         deliveries, started = self.network.downlink(nbytes, key, broadcast, join)
         for sent in started:
+            tx, n = sent.transmission, sent.nbytes
+            token = self._begin(lambda tx=tx, n=n: self._record_send(round_, phase, n, tx))
             sent.done.callbacks.append(
-                lambda event, n=sent.nbytes: self._record_send(round_, phase, n, event.value)
+                lambda event, n=n, token=token: self._record_send(
+                    round_, phase, n, event.value, token
+                )
             )
         return deliveries
 
-    def _record_send(self, round_: int, phase: str, nbytes: int, t: Transmission) -> None:
-        """Record the server's transmission ``t`` of ``nbytes`` (it has ended)."""
+    def _record_send(
+        self, round_: int, phase: str, nbytes: int, t: Transmission, token: int | None = None
+    ) -> None:
+        """Record the server's transmission ``t`` of ``nbytes``: ended, or (still open when
+        the run ends) cut off now with the bytes its best receiver got and the energy of
+        the power share it held so far."""
+        if token is not None:
+            self._end(token)
+        end = t.end
+        if end is None:
+            phase, end = f"{phase}:cutoff", self.env.now
+            nbytes = max(int(r.bits - r.remaining) // 8 for r in t.receptions)
         self.recorder.event(
             round_,
             SERVER,
             phase,
             t.start,
-            t.end if t.end is not None else self.env.now,
+            end,
             direction="down",
             role="sender",
             nbytes=nbytes,
@@ -314,27 +331,39 @@ class Simulation:
         """
         if delivery is None:
             return True
-        reception = yield delivery.done
-        self._record_download(round_, job, reception, delivery.nbytes)
+        reception = yield from self._receive(round_, job, delivery)
         for attempt in range(1, self.network.config.retries + 1):
             if not reception.failed:
                 break
             key = (*delivery.key, "retry", attempt)
             retry = self._transmit(round_, {reception.client: delivery.nbytes}, key, False)
-            reception = yield retry[reception.client].done
-            self._record_download(round_, job, reception, delivery.nbytes)
+            reception = yield from self._receive(round_, job, retry[reception.client])
         return not reception.failed
+
+    def _receive(self, round_: int, job: int | None, delivery: Delivery) -> Process:
+        """Wait for one reception to end and record it (cut off if the run ends first)."""
+        r, nbytes = delivery.reception, delivery.nbytes
+        token = self._begin(lambda: self._record_download(round_, job, r, nbytes))
+        reception = yield delivery.done
+        self._end(token)
+        self._record_download(round_, job, reception, nbytes)
+        return reception
 
     def _record_download(
         self, round_: int, job: int | None, r: Reception, nbytes: int, phase: str = "download"
     ) -> None:
+        """Record a reception: ended (delivered or failed), or still open and cut off now."""
+        if r.end is None:
+            r, phase = r.cut(self.env.now), f"{phase}:cutoff"
+            nbytes = int(r.bits) // 8
         device = self.clients[r.client].device
         self.recorder.event(
             round_,
             r.client,
             f"{phase}:failed" if r.failed else phase,
             r.start,
-            r.end if r.end is not None else self.env.now,
+            r.end,
+            duration_s=r.duration_s,
             job=job,
             direction="down",
             role="receiver",
@@ -357,16 +386,48 @@ class Simulation:
             yield self.env.timeout(self.busy_until[client] - self.env.now)
         start = self.env.now
         seconds, energy = self._occupy(client, flops, start)
+        phase = f"compute:{task.name}"
+        token = self._begin(
+            lambda: self._record_cut_compute(round_, client, phase, flops, seconds, start, job)
+        )
         yield self.env.timeout(seconds)
+        self._end(token)
         self.recorder.event(
             round_,
             client,
-            f"compute:{task.name}",
+            phase,
             start,
             self.env.now,
+            duration_s=seconds,
             job=job,
             flops=flops,
             energy_j=energy,
+        )
+
+    def _record_cut_compute(
+        self,
+        round_: int,
+        client: int,
+        phase: str,
+        flops: int,
+        seconds: float,
+        start: float,
+        job: int | None,
+    ) -> None:
+        """A computation still running when the run ends: the part done by now (FLOPs in
+        proportion to the time, as a dropout's partial task)."""
+        elapsed = self.env.now - start
+        done = int(flops * elapsed / seconds) if seconds > 0 else 0
+        self.recorder.event(
+            round_,
+            client,
+            f"{phase}:cutoff",
+            start,
+            self.env.now,
+            duration_s=elapsed,
+            job=job,
+            flops=done,
+            energy_j=self.clients[client].device.power_w * elapsed,
         )
 
     def compute_tasks(
@@ -423,32 +484,78 @@ class Simulation:
         event and is retried ``network.retries`` times.
         """
         nbytes = payload_nbytes(payload)
-        power = self.clients[client].tx_power_w
         job_key = round_ if job is None else job
         for attempt in range(self.network.config.retries + 1):
+            key = ("job", job_key, attempt)
             asked = self.env.now
-            granted, r = yield from self.network.upload(client, nbytes, ("job", job_key, attempt))
-            if granted > asked:
-                self.recorder.event(
-                    round_, client, "wait:spectrum", asked, granted, job=job, direction="up"
+            granted: list[float] = []  # when the band was granted, once it is
+            token = self._begin(
+                lambda key=key, asked=asked, granted=granted: self._cut_upload(
+                    round_, client, nbytes, key, asked, granted, job
                 )
-            self.recorder.event(
-                round_,
-                client,
-                "upload:failed" if r.failed else "upload",
-                r.start,
-                r.end if r.end is not None else self.env.now,
-                job=job,
-                direction="up",
-                role="sender",
-                nbytes=0 if r.failed else nbytes,
-                energy_j=power * r.duration_s,
-                rate_bps=r.effective_rate_bps,
-                snr_db=r.mean_sinr_db,
             )
+            start, r = yield from self.network.upload(client, nbytes, key, granted.append)
+            self._end(token)
+            self._record_upload(round_, client, nbytes, asked, start, r, job)
             if not r.failed:
                 return True
         return False
+
+    def _record_upload(
+        self,
+        round_: int,
+        client: int,
+        nbytes: int,
+        asked: float,
+        granted: float,
+        r: Reception,
+        job: int | None,
+    ) -> None:
+        """Record the wait for spectrum, if any, and the upload (ended, or cut off now)."""
+        if granted > asked:
+            self.recorder.event(
+                round_, client, "wait:spectrum", asked, granted, job=job, direction="up"
+            )
+        phase = "upload:failed" if r.failed else "upload"
+        if r.end is None:
+            r, phase = r.cut(self.env.now), "upload:cutoff"
+            nbytes = int(r.bits) // 8
+        self.recorder.event(
+            round_,
+            client,
+            phase,
+            r.start,
+            r.end,
+            duration_s=r.duration_s,
+            job=job,
+            direction="up",
+            role="sender",
+            nbytes=0 if r.failed else nbytes,
+            energy_j=self.clients[client].tx_power_w * r.duration_s,
+            rate_bps=r.effective_rate_bps,
+            snr_db=r.mean_sinr_db,
+        )
+
+    def _cut_upload(
+        self,
+        round_: int,
+        client: int,
+        nbytes: int,
+        key: tuple,
+        asked: float,
+        granted: list[float],
+        job: int | None,
+    ) -> None:
+        """An upload still waiting for spectrum or on the air when the run ends."""
+        now = self.env.now
+        if not granted:
+            if now > asked:
+                self.recorder.event(
+                    round_, client, "wait:spectrum", asked, now, job=job, direction="up"
+                )
+            return
+        r = self.network.upload_progress(client, nbytes, key, granted[0], now)
+        self._record_upload(round_, client, nbytes, asked, granted[0], r, job)
 
     def aggregate(self, round_: int, uploads: list[Upload]) -> Process:
         """Server aggregates (FLOPs / server FLOP/s), then runs its server tasks, if any."""
@@ -514,7 +621,14 @@ class Simulation:
         yield self.env.timeout(seconds)
         self.server_ready = self.env.now
         self.recorder.event(
-            round_, SERVER, phase, start, self.env.now, flops=flops, energy_j=energy
+            round_,
+            SERVER,
+            phase,
+            start,
+            self.env.now,
+            duration_s=seconds,
+            flops=flops,
+            energy_j=energy,
         )
 
     def public_download(self) -> Process:
@@ -601,7 +715,14 @@ class Simulation:
         seconds, energy = self._occupy(client, flops, start)
         end = start + seconds
         self.recorder.event(
-            round_, client, f"compute:{task.name}", start, end, flops=flops, energy_j=energy
+            round_,
+            client,
+            f"compute:{task.name}",
+            start,
+            end,
+            duration_s=seconds,
+            flops=flops,
+            energy_j=energy,
         )
         return end
 
@@ -667,6 +788,7 @@ class Simulation:
             ) from None
         finally:
             gc.unfreeze()
+        self._cut_off()
         if self._uploads and self.total_updates == 0:
             raise ConfigError(
                 "protocol",
@@ -674,6 +796,30 @@ class Simulation:
                 "dropped or failed; lengthen protocol.deadline_s or network.max_transfer_s, "
                 "or lower network.min_snr_db",
             )
+
+    def _begin(self, record_cut_off: Callable[[], None]) -> int:
+        """Note an activity under way; ``record_cut_off`` records it if the run ends first."""
+        token = self._activities
+        self._activities += 1
+        self._in_progress[token] = record_cut_off
+        return token
+
+    def _end(self, token: int) -> None:
+        """The activity ``token`` ended (and records itself)."""
+        self._in_progress.pop(token, None)
+
+    def _cut_off(self) -> None:
+        """The run ends when the protocol's last update lands: whatever is still under way
+        (asynchronous clients, late deadline clients) is recorded as cut off at that
+        instant, with the bytes, FLOPs and energy it really used, in the order it began;
+        an activity that ended at this very instant, its event not yet processed, is
+        recorded as ended. So the server radio's rows account for all of its air time."""
+        if not self._in_progress:
+            return
+        self.network.sync()
+        for record in list(self._in_progress.values()):
+            record()
+        self._in_progress.clear()
 
     @property
     def _uploads(self) -> bool:

@@ -116,6 +116,8 @@ class _AsyncServer:
         self.jobs = 0
         self.idle = set(range(len(sim.clients)))
         self.inbox = simpy.Store(sim.env)
+        self.failed = 0
+        """Jobs that ended without their upload arriving since the last server update."""
 
     def start_next(self) -> None:
         """Start one idle client (uniformly chosen) on the current global model; if every
@@ -165,6 +167,10 @@ class _AsyncServer:
             ):
                 arrival = Upload(client, upload, sim.num_samples[client])
                 yield self.inbox.put(Arrival(arrival, payload, version, sim.env.now, job))
+            elif upload is not None:
+                self.failed += 1
+        else:
+            self.failed += 1
         self.idle.add(client)
         self.start_next()
 
@@ -238,8 +244,10 @@ def _run(sim: Simulation, buffered: bool) -> Process:
             staleness=staleness,
             arrived_at=arrival.arrived_at,
             job=arrival.job,
+            failed=server.failed,
             **extra,
         )
+        server.failed = 0
         update += 1
         start = sim.env.now
 

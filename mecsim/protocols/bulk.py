@@ -165,6 +165,7 @@ def _record_clients(
         computed = rows.add(
             end,
             _row(round_, clients[ran], f"compute:{task.name}", "none", "none", start, end),
+            duration_s=seconds,
             flops=flops[ran],
             energy_j=power_w[ran] * seconds,
         )
@@ -232,6 +233,7 @@ def _row(
         "role": role,
         "t_start": t_start,
         "t_end": t_end,
+        "duration_s": np.subtract(t_end, t_start),
         "bytes": 0,
         "flops": 0,
         "energy_j": 0.0,

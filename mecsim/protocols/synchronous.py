@@ -99,9 +99,14 @@ class DeadlineSettings(ProtocolSettings):
 
 
 def _upload(sim: Simulation, round_: int, result: JobResult, arrived: list[Upload]) -> Process:
-    """Upload the job's payload; a failed upload (network.max_transfer_s) does not arrive."""
-    if result.upload is not None and (yield from sim.upload(round_, result.client, result.upload)):
-        arrived.append(Upload(result.client, result.upload, sim.num_samples[result.client]))
+    """Upload the job's payload; a failed upload (network.max_transfer_s) does not arrive.
+    Returns whether the client's part ended well (nothing to send counts as well)."""
+    if result.upload is None:
+        return True
+    if not (yield from sim.upload(round_, result.client, result.upload)):
+        return False
+    arrived.append(Upload(result.client, result.upload, sim.num_samples[result.client]))
+    return True
 
 
 def _start_round(sim: Simulation, round_: int, selected: Sequence[int]):
@@ -123,16 +128,25 @@ def _caw_client(
     result: JobResult,
     arrived: list[Upload],
 ) -> Process:
-    """Download, every task in order, then upload (a client whose download failed sits out)."""
+    """Download, every task in order, then upload (a client whose download failed sits out).
+
+    Returns False if the client failed: a transfer that failed, a dropout, going offline.
+    """
     if not (yield from sim.download(round_, delivery)):
-        return
+        return False
     if not sim.still_online(round_, result.client):
-        return
+        return False
     if not (yield from sim.compute_tasks(round_, result, sim.tasks(round_))):
-        return
+        return False
     sim.commit(result.client, result.state, sim.env.now)
-    if sim.still_online(round_, result.client):
-        yield from _upload(sim, round_, result, arrived)
+    if not sim.still_online(round_, result.client):
+        return False
+    return (yield from _upload(sim, round_, result, arrived))
+
+
+def _failed(processes: Sequence[simpy.Process]) -> int:
+    """How many client processes have ended with a failure (returned False)."""
+    return sum(1 for p in processes if not p.is_alive and p.value is False)
 
 
 def _aggregate(sim: Simulation, round_: int, arrived: list[Upload]) -> Process:
@@ -155,21 +169,22 @@ def compute_and_wait(sim: Simulation) -> Process:
         selected = sim.select(round_)
         payloads = yield from _prepare(sim, round_, selected)
         arrived: list[Upload] = []
+        failed = 0
         down = bulk_downlink(sim, selected, payloads)
-        if down is not None:  # every client alike: in bulk, same tables
+        if down is not None:  # every client alike: in bulk, same tables (nothing can fail)
             results = sim.execute(round_, payloads)
             yield from compute_and_wait_clients(sim, round_, down, results, arrived)
         else:
             deliveries = sim.downlink_transfers(round_, payloads)
             results = sim.execute(round_, payloads)
-            yield env.all_of(
-                [
-                    env.process(_caw_client(sim, round_, deliveries.get(c), results[c], arrived))
-                    for c in selected
-                ]
-            )
+            procs = [
+                env.process(_caw_client(sim, round_, deliveries.get(c), results[c], arrived))
+                for c in selected
+            ]
+            yield env.all_of(procs)
+            failed = _failed(procs)
         yield from _aggregate(sim, round_, arrived)
-        sim.end_round(round_, round_start, selected)
+        sim.end_round(round_, round_start, selected, failed=failed)
 
 
 @dataclass(frozen=True)
@@ -262,14 +277,15 @@ def _wf_client(
     arrived: list[Upload],
     personal: list[simpy.Process],
 ) -> Process:
-    """Download, the tasks up to the upload, then upload while the personalized tasks run."""
+    """Download, the tasks up to the upload, then upload while the personalized tasks run;
+    returns False if the client failed (as :func:`_caw_client`)."""
     client = result.client
     if not (yield from sim.download(round_, delivery)):
-        return
+        return False
     if not sim.still_online(round_, client):
-        return
+        return False
     if not (yield from sim.compute_tasks(round_, result, early)):
-        return
+        return False
     ready = sim.env.now
     if windows is not None:
         windows.open[client] = _Window(round_, ready, payload)
@@ -278,8 +294,9 @@ def _wf_client(
         flops = [result.task_flops[t.name] for t in late if t.name in result.task_flops]
         ready += sum(sim.compute_seconds(client, f) for f in flops)
     sim.commit(client, result.state, ready)
-    if sim.still_online(round_, client):
-        yield from _upload(sim, round_, result, arrived)
+    if not sim.still_online(round_, client):
+        return False
+    return (yield from _upload(sim, round_, result, arrived))
 
 
 @register_protocol(
@@ -305,7 +322,7 @@ def wait_free(sim: Simulation) -> Process:
         if windows is not None:  # a window closes when the client's next model has arrived
             _close_windows(sim, windows, _arrivals(deliveries, receivers, round_start))
         if pending is not None:  # no simulated time has passed since that round's aggregation
-            sim.end_round(*pending)
+            sim.end_round(*pending[:3], **pending[3])
             pending = None
         results = sim.execute(round_, {c: payloads[c] for c in selected}, tasks=early_names)
         arrived: list[Upload] = []
@@ -326,19 +343,21 @@ def wait_free(sim: Simulation) -> Process:
             )
             for c in selected
         ]
+        selected_clients = list(clients)
         for c in set(receivers) - set(selected):  # appendix F (a): unselected clients get the model
             clients.append(
                 env.process(_receive(sim, round_, c, deliveries.get(c), payloads[c], windows))
             )
         yield env.all_of(clients)
         yield from _aggregate(sim, round_, arrived)
+        outcome = {"failed": _failed(selected_clients)}
         if windows is None:
-            sim.end_round(round_, round_start, selected)
+            sim.end_round(round_, round_start, selected, **outcome)
         else:  # evaluate once the round's windows have closed (t_personal: when they did)
-            pending = (round_, round_start, selected)
+            pending = (round_, round_start, selected, outcome)
     if pending is not None:  # the last windows close when the run ends
         _close_windows(sim, windows, dict.fromkeys(list(windows.open), env.now))
-        sim.end_round(*pending)
+        sim.end_round(*pending[:3], **pending[3])
     yield env.all_of(personal)  # record the last personalized tasks (epochs budget)
 
 
@@ -403,16 +422,24 @@ def deadline(sim: Simulation) -> Process:
             else env.timeout(p.deadline_s)
         )
         on_time = list(arrived)
-        late = [c for c in selected if c not in {u.client for u in on_time}]
+        # a client still at work is late; one whose process ended without arriving failed
+        late = [(proc, c) for proc, c in zip(procs, selected, strict=True) if proc.is_alive]
+        failed = _failed(procs)
         if p.late == "carry":
-            for proc, c in zip(procs, selected, strict=True):
-                if c in late:
-                    proc.callbacks.append(
-                        lambda _, a=arrived, c=c: carried.extend(u for u in a if u.client == c)
-                    )
+            for proc, c in late:
+                proc.callbacks.append(
+                    lambda _, a=arrived, c=c: carried.extend(u for u in a if u.client == c)
+                )
         uploads, carried[:] = carried + on_time, []
         yield from _aggregate(sim, round_, uploads)
-        sim.end_round(round_, round_start, selected, on_time=len(on_time), late=len(late))
+        sim.end_round(
+            round_,
+            round_start,
+            selected,
+            on_time=len(on_time),
+            late=len(late),
+            failed=failed,
+        )
 
 
 def _deadline_client(
@@ -423,5 +450,6 @@ def _deadline_client(
     arrived: list[Upload],
     busy: set[int],
 ) -> Process:
-    yield from _caw_client(sim, round_, delivery, result, arrived)
+    ok = yield from _caw_client(sim, round_, delivery, result, arrived)
     busy.discard(result.client)
+    return ok
