@@ -20,12 +20,38 @@ figcaption { font-size: 0.85em; color: #555; }
 """
 
 
-def render_html(title: str, markdown_text: str, figures: Sequence[tuple[str, Path]]) -> str:
-    """One HTML page: ``markdown_text`` (with its pipe tables) and each ``(caption,
-    image path)`` embedded as a data URI."""
+UNSAFE_MARKDOWN = (
+    "html",
+    "reference",
+    "link",
+    "image_link",
+    "image_reference",
+    "short_reference",
+    "short_image_ref",
+    "autolink",
+    "automail",
+)
+"""Inline Markdown that could create elements from a run's names (raw HTML, links,
+images); their text is shown, escaped, instead."""
+
+
+def markdown_to_html(text: str) -> str:
+    """Markdown (headings, pipe tables, emphasis, code) as HTML, with raw HTML, links and
+    images left as escaped text: the tables hold names from scenario files and plug-ins
+    (an algorithm called ``<script>...``), which must never become markup."""
     import markdown
 
-    body = markdown.markdown(markdown_text, extensions=["tables"])
+    md = markdown.Markdown(extensions=["tables"])
+    md.preprocessors.deregister("html_block")
+    for name in UNSAFE_MARKDOWN:
+        md.inlinePatterns.deregister(name)
+    return md.convert(text)
+
+
+def render_html(title: str, markdown_text: str, figures: Sequence[tuple[str, Path]]) -> str:
+    """One HTML page: ``markdown_text`` (with its pipe tables; see :func:`markdown_to_html`)
+    and each ``(caption, image path)`` embedded as a data URI."""
+    body = markdown_to_html(markdown_text)
     parts = []
     for caption, path in figures:
         mime = "image/svg+xml" if path.suffix == ".svg" else f"image/{path.suffix[1:]}"

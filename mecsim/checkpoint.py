@@ -18,12 +18,24 @@ so it is the original's. At the checkpoint's round the saved states and
 objects are swapped in (payload dicts in place, so every reference sees
 them) and the run continues with real training. Its tables equal an
 uninterrupted run's except the wall-clock columns of the resumed round.
+
+A checkpoint cannot run code: it is a header line (format, the scenario's
+digest, the SHA-256 and length of the rest) followed by a ``torch.save``
+payload that is read only after its hash matches, with
+``torch.load(weights_only=True)`` allowing tensors, containers and the four
+plain data classes mecsim writes (:data:`SAFE_CLASSES`), then checked against
+a schema. A corrupted or edited file, or a pickle that would build anything
+else, is refused with one line before anything in it is used. The hash is
+no signature: whoever hands you a checkpoint can make its numbers up, but
+not make mecsim run their code.
 """
 
 from __future__ import annotations
 
+import collections
 import gc
 import hashlib
+import io
 import json
 import logging
 import os
@@ -38,13 +50,32 @@ import torch
 from mecsim.errors import ConfigError, MecsimError
 from mecsim.evaluation import Evaluation
 from mecsim.executors import ClientJob, Executor, JobResult
+from mecsim.state import ModelState
 
 if TYPE_CHECKING:
     from mecsim.simulation import Simulation
 
 log = logging.getLogger(__name__)
 
-FORMAT = 2
+FORMAT = 3
+MAGIC = b"mecsim-checkpoint\n"
+SAFE_CLASSES = (collections.OrderedDict, Evaluation, JobResult, ModelState)
+"""Every class a checkpoint's payload may build (besides tensors and built-in containers)."""
+SCHEMA: dict[str, type | tuple[type, ...]] = {
+    "rounds_done": int,
+    "sim_time": (int, float),
+    "events": int,
+    "executor_calls": int,
+    "log": list,
+    "ledger_count": int,
+    "live": dict,
+    "server_state": object,
+    "client_states": list,
+    "last_evaluation": (Evaluation, type(None)),
+    "rounds": list,
+    "state_peak_bytes": (tuple, list),
+}
+"""The payload's keys and their types (checked after loading, before any is used)."""
 
 
 class Ledger:
@@ -190,6 +221,8 @@ class Checkpointer:
         self.every_rounds = every_rounds
         self.every_s = every_minutes * 60
         self.resume = resume
+        self.disabled = False
+        """Set once a checkpoint could not be written: the run goes on without them."""
         self.last_save = time.monotonic()
         self.saved_rounds = 0 if resume is None else resume["rounds_done"]
 
@@ -232,11 +265,34 @@ class Checkpointer:
             "rounds": sim.recorder._rounds,
             "state_peak_bytes": (sim.server_state_peak_bytes, sim.client_state_peak_bytes),
         }
+        if self.disabled:
+            return
+        payload = _pickle_safely(state)
+        if payload is None:
+            self.disabled = True
+            return
+        header = {
+            "format": FORMAT,
+            "digest": self.digest,
+            "sha256": hashlib.sha256(payload).hexdigest(),
+            "bytes": len(payload),
+        }
         tmp = self.path.with_name(f"{self.path.name}.tmp-{os.getpid()}")
         try:
-            torch.save(state, tmp)
+            with open(tmp, "wb") as f:
+                f.write(MAGIC + json.dumps(header).encode() + b"\n")
+                f.write(payload)
             os.replace(tmp, self.path)
-        except BaseException:  # interrupted or disk full: the previous checkpoint stays
+        except OSError as error:  # disk full, quota, read-only: go on without checkpoints
+            tmp.unlink(missing_ok=True)
+            self.disabled = True
+            log.warning(
+                "could not write the checkpoint %s (%s); the run goes on without checkpoints",
+                self.path,
+                error.strerror or error,
+            )
+            return
+        except BaseException:  # interrupted: the previous checkpoint stays
             tmp.unlink(missing_ok=True)
             raise
         self.last_save = time.monotonic()
@@ -285,22 +341,84 @@ class ReplayEvaluator:
         return Evaluation(nan, nan, nan, ())
 
 
+def _pickle_safely(state: dict[str, Any]) -> bytes | None:
+    """``state`` as a ``torch.save`` payload, or None (with a warning) if it holds a class
+    a safe load would refuse (a plug-in's own state class): such a run is not
+    checkpointed rather than checkpointed into a file that cannot be resumed."""
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    buffer.seek(0)
+    allowed = {f"{c.__module__}.{c.__qualname__}" for c in SAFE_CLASSES}
+    unsafe = [
+        g for g in torch.serialization.get_unsafe_globals_in_checkpoint(buffer) if g not in allowed
+    ]
+    if unsafe:
+        log.warning(
+            "the run's state holds %s, which a safe checkpoint cannot carry (only tensors, "
+            "built-in containers and %s); the run goes on without checkpoints",
+            unsafe[0],
+            ", ".join(sorted(allowed)),
+        )
+        return None
+    return buffer.getvalue()
+
+
+def _refuse(path: Path, why: str) -> ConfigError:
+    return ConfigError("--resume", f"the checkpoint {path} {why}; run without --resume")
+
+
 def load_checkpoint(path: Path, digest: str) -> dict[str, Any]:
-    """Read a checkpoint written for this scenario (or fail with one clear line)."""
+    """Read a checkpoint written for this scenario (or fail with one clear line); nothing
+    in the file is unpickled before its header and content hash check out."""
     if not path.is_file():
         raise ConfigError(
             "--resume", f"no checkpoint at {path}: nothing to resume; run without --resume"
         )
     try:
-        saved = torch.load(path, weights_only=False)
-    except Exception as error:  # a truncated or foreign file
-        raise ConfigError("--resume", f"cannot read the checkpoint {path}: {error}") from None
-    if not isinstance(saved, dict) or saved.get("format") != FORMAT:
-        raise ConfigError("--resume", f"{path} is not a mecsim checkpoint of this version")
-    if saved["digest"] != digest:
-        raise ConfigError(
-            "--resume",
-            f"the checkpoint {path} was written for a different scenario; run without "
-            "--resume or restore the scenario it was written for",
+        with open(path, "rb") as f:
+            magic = f.read(len(MAGIC))
+            line = f.readline(4096)
+            payload = f.read()
+    except OSError as error:
+        raise _refuse(path, f"cannot be read ({error.strerror or error})") from None
+    if magic != MAGIC:
+        raise _refuse(path, "is not a mecsim checkpoint of this version")
+    try:
+        header = json.loads(line)
+        known = header["format"] == FORMAT
+        expected_hash, expected_len = str(header["sha256"]), int(header["bytes"])
+        written_for = header["digest"]
+    except (ValueError, TypeError, KeyError):
+        raise _refuse(path, "has a damaged header") from None
+    if not known:
+        raise _refuse(path, f"is of format {header['format']!r}, not {FORMAT}")
+    if written_for != digest:
+        raise _refuse(
+            path, "was written for a different scenario (restore that scenario to resume it)"
         )
+    if len(payload) != expected_len or hashlib.sha256(payload).hexdigest() != expected_hash:
+        raise _refuse(path, "is corrupted or was edited: its content hash does not match")
+    try:
+        with torch.serialization.safe_globals(list(SAFE_CLASSES)):
+            saved = torch.load(io.BytesIO(payload), weights_only=True)
+    except Exception as error:  # a pickle that builds something else: refused, not run
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise _refuse(path, f"holds objects mecsim does not write ({first[:200]})") from None
+    _check_schema(path, saved)
     return saved
+
+
+def _check_schema(path: Path, saved: Any) -> None:
+    """Refuse a payload whose keys or types are not those :meth:`Checkpointer.save` writes."""
+    if not isinstance(saved, dict):
+        raise _refuse(path, "does not hold a mapping")
+    for key, kind in SCHEMA.items():
+        if key not in saved:
+            raise _refuse(path, f"lacks {key!r}")
+        value = saved[key]
+        if not isinstance(value, kind) or isinstance(value, bool):
+            raise _refuse(path, f"holds a {type(value).__name__} as {key!r}")
+    if saved["rounds_done"] < 1 or len(saved["rounds"]) != saved["rounds_done"]:
+        raise _refuse(path, "has inconsistent round counts")
+    if len(saved["state_peak_bytes"]) != 2:
+        raise _refuse(path, "has a damaged 'state_peak_bytes'")

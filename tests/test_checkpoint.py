@@ -9,6 +9,7 @@ from typing import Any
 
 import pandas as pd
 import pytest
+import torch
 
 import mecsim
 import mecsim.runner
@@ -158,7 +159,7 @@ def test_resume_refuses_a_missing_or_foreign_checkpoint(
     with pytest.raises(ConfigError, match="different scenario"):
         mecsim.run(other, out=tmp_path / "cut", resume=True)
     checkpoint_path(tmp_path / "cut").write_bytes(b"truncated")
-    with pytest.raises(ConfigError, match="cannot read the checkpoint"):
+    with pytest.raises(ConfigError, match="is not a mecsim checkpoint"):
         mecsim.run(copy.deepcopy(sc), out=tmp_path / "cut", resume=True)
     assert not (tmp_path / "cut").exists()
 
@@ -248,3 +249,113 @@ def test_interrupted_while_writing_keeps_the_checkpoint(
     resumed = mecsim.run(copy.deepcopy(sc), out=target, resume=True).run_dir
     assert whole is not None and resumed is not None
     _assert_same_tables(whole, resumed)
+
+
+# --- a checkpoint cannot run code, and tampering or corruption is refused -------------------
+def _checkpoint(tiny: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    sc = _scenario(tiny)
+    _interrupted_run(monkeypatch, sc, tmp_path / "cut", 2)
+    path = checkpoint_path(tmp_path / "cut")
+    digest = scenario_digest(load_scenario(sc).model_dump(mode="json"))
+    return sc, path, digest
+
+
+def _rewrite(path: Path, payload: bytes, **header_changes: Any) -> None:
+    """Write ``payload`` with a header whose hash and length match it (a careful forger)."""
+    import hashlib
+    import json
+
+    from mecsim.checkpoint import MAGIC
+
+    with open(path, "rb") as f:
+        f.read(len(MAGIC))
+        header = json.loads(f.readline())
+    header.update(sha256=hashlib.sha256(payload).hexdigest(), bytes=len(payload))
+    header.update(header_changes)
+    path.write_bytes(MAGIC + json.dumps(header).encode() + b"\n" + payload)
+
+
+class _RunsCode:
+    def __reduce__(self):
+        import os
+
+        return (os.system, ("touch PWNED",))
+
+
+def test_a_checkpoint_whose_pickle_calls_a_function_is_refused_without_running_it(
+    tiny: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import io
+
+    sc, path, digest = _checkpoint(tiny, tmp_path, monkeypatch)
+    buffer = io.BytesIO()
+    torch.save({"rounds_done": 2, "payload": _RunsCode()}, buffer)
+    _rewrite(path, buffer.getvalue())  # even with a matching hash
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError, match="holds objects mecsim does not write"):
+        load_checkpoint(path, digest)
+    assert not (tmp_path / "PWNED").exists()
+    with pytest.raises(ConfigError, match="holds objects mecsim does not write"):
+        mecsim.run(copy.deepcopy(sc), out=tmp_path / "cut", resume=True)
+    assert not (tmp_path / "PWNED").exists()
+
+
+def test_an_edited_or_corrupted_checkpoint_is_refused(
+    tiny: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mecsim.checkpoint import MAGIC
+
+    sc, path, digest = _checkpoint(tiny, tmp_path, monkeypatch)
+    whole = path.read_bytes()
+    header_end = whole.index(b"\n", len(MAGIC)) + 1
+    payload = bytearray(whole[header_end:])
+    payload[len(payload) // 2] ^= 0xFF  # one flipped byte
+    path.write_bytes(whole[:header_end] + bytes(payload))
+    with pytest.raises(ConfigError, match="corrupted or was edited"):
+        load_checkpoint(path, digest)
+    path.write_bytes(whole[: len(whole) - 10])  # truncated
+    with pytest.raises(ConfigError, match="corrupted or was edited"):
+        load_checkpoint(path, digest)
+    path.write_bytes(whole)
+    assert load_checkpoint(path, digest)["rounds_done"] == 2
+
+
+def test_a_checkpoint_missing_a_key_or_of_the_wrong_type_is_refused_in_one_line(
+    tiny: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import io
+
+    _, path, digest = _checkpoint(tiny, tmp_path, monkeypatch)
+    saved = load_checkpoint(path, digest)
+    for change, says in (
+        ({"log": None}, "lacks 'log'"),
+        ({"rounds_done": "2"}, "holds a str as 'rounds_done'"),
+        ({"rounds_done": 7}, "inconsistent round counts"),
+    ):
+        edited = {k: v for k, v in {**saved, **change}.items() if v is not None}
+        buffer = io.BytesIO()
+        torch.save(edited, buffer)
+        _rewrite(path, buffer.getvalue())
+        with pytest.raises(ConfigError, match=says):
+            load_checkpoint(path, digest)
+
+
+def test_a_full_disk_at_a_checkpoint_warns_and_the_run_goes_on(
+    tiny: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog
+) -> None:
+    import builtins
+
+    sc = _scenario(tiny)
+    real_open = builtins.open
+
+    def full(file, mode="r", *args, **kwargs):
+        if "checkpoint.pt.tmp" in str(file) and "w" in mode:
+            raise OSError(28, "No space left on device")
+        return real_open(file, mode, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", full)
+    result = mecsim.run(copy.deepcopy(sc), out=tmp_path / "full")
+    monkeypatch.undo()
+    assert len(result.rounds) == sc["protocol"]["rounds"]
+    warnings = [r for r in caplog.records if "without checkpoints" in r.getMessage()]
+    assert len(warnings) == 1 and "No space left" in warnings[0].getMessage()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import shutil
 import subprocess
+from html.parser import HTMLParser
 
 import numpy as np
 import pytest
@@ -95,3 +96,61 @@ def test_svg_only_figures_are_inlined_too(runs, tmp_path):
     compare(runs, [0.5], tmp_path / "cmp", figures=Figures(formats=["svg"]))
     page = (tmp_path / "cmp" / "report.html").read_text()
     assert page.count('src="data:image/svg+xml;base64,') == 2  # curves, gantt
+
+
+class _Elements(HTMLParser):
+    """Every start tag of a page, with its attributes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: list[tuple[str, dict[str, str | None]]] = []
+
+    def handle_starttag(self, tag, attrs) -> None:
+        self.tags.append((tag, dict(attrs)))
+
+
+HOSTILE = ["<script>alert(1)</script>", "<img src=x onerror=alert(1)>", "[x](javascript:alert(1))"]
+
+
+@pytest.fixture()
+def hostile_runs(runs, tmp_path):
+    """Copies of the runs whose algorithm names are markup (a scenario file or a plug-in
+    chooses them)."""
+    dirs = []
+    for run, name in zip(runs, HOSTILE, strict=False):
+        copied = tmp_path / f"hostile-{len(dirs)}"
+        shutil.copytree(run, copied)
+        resolved = copied / "scenario.resolved.toml"
+        text = resolved.read_text().replace('name = "ditto"', f"name = {name!r}".replace("'", '"'))
+        resolved.write_text(text)
+        dirs.append(copied)
+    return dirs
+
+
+def _elements(page: str) -> list[tuple[str, dict[str, str | None]]]:
+    parser = _Elements()
+    parser.feed(page)
+    return parser.tags
+
+
+def test_names_with_markup_never_become_elements_of_a_report(hostile_runs, tmp_path):
+    report(hostile_runs, tmp_path / "rep")
+    compare(hostile_runs, [0.5], tmp_path / "cmp")
+    for page_path in (tmp_path / "rep" / "report.html", tmp_path / "cmp" / "report.html"):
+        page = page_path.read_text()
+        tags = _elements(page)
+        assert not [t for t, _ in tags if t in ("script", "a", "iframe")]
+        assert not [a for _, a in tags if any(k.startswith("on") for k in a)]
+        assert all(a.get("src", "data:").startswith("data:") for t, a in tags if t == "img")
+        assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="needs Chromium (.ci/run installs it)")
+def test_headless_chromium_creates_no_element_from_markup_in_names(hostile_runs, tmp_path):
+    compare(hostile_runs, [0.5], tmp_path / "cmp")
+    dom, _ = _render(tmp_path / "cmp" / "report.html", tmp_path)
+    tags = _elements(dom)
+    assert "table" in [t for t, _ in tags]
+    assert not [t for t, _ in tags if t in ("script", "a", "iframe")]
+    assert not [a for _, a in tags if any(k.startswith("on") for k in a)]
+    assert "&lt;img src=x onerror=alert(1)&gt;" in dom
