@@ -94,20 +94,51 @@ def load_run(run_dir: str | Path) -> RunRecord:
     missing = [n for n in needed if not (run_dir / n).is_file()]
     if missing:
         raise MecsimError(f"{run_dir} is not a mecsim run directory (missing {', '.join(missing)})")
-    scenario = tomllib.loads((run_dir / "scenario.resolved.toml").read_text())
-    algorithm = scenario["algorithm"]["name"]
-    protocol = scenario["protocol"]["kind"]
-    if protocol == "wait_free":
-        protocol = f"wait_free/{scenario['protocol'].get('personal_budget', 'epochs')}"
+    name = "scenario.resolved.toml"
+    try:
+        scenario = tomllib.loads((run_dir / name).read_text(encoding="utf-8"))
+        algorithm = str(scenario["algorithm"]["name"])
+        protocol = str(scenario["protocol"]["kind"])
+        if protocol == "wait_free":
+            protocol = f"wait_free/{scenario['protocol'].get('personal_budget', 'epochs')}"
+        name = "summary.json"
+        summary = json.loads((run_dir / name).read_text(encoding="utf-8"))
+        if not isinstance(summary, dict):
+            raise ValueError("not a JSON object")
+        tables = []
+        for name in ("rounds.parquet", "events.parquet"):
+            tables.append(pd.read_parquet(run_dir / name))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
+        why = f"missing {error}" if isinstance(error, KeyError) else str(error).splitlines()[0]
+        raise MecsimError(
+            f"{run_dir / name} cannot be read ({why[:200]}); is the run directory complete? "
+            "rerun the run or leave it out"
+        ) from None
+    rounds, events = tables
+    missing = [c for c in RUN_TABLE_COLUMNS["rounds"] if c not in rounds]
+    missing += [c for c in RUN_TABLE_COLUMNS["events"] if c not in events]
+    if missing:
+        raise MecsimError(
+            f"{run_dir} lacks the column {missing[0]!r} in its tables; rerun the run or leave it out"
+        )
     return RunRecord(
-        f"{algorithm} / {protocol}",
-        algorithm,
-        protocol,
-        pd.read_parquet(run_dir / "rounds.parquet"),
-        pd.read_parquet(run_dir / "events.parquet"),
-        json.loads((run_dir / "summary.json").read_text()),
-        flatten(scenario),
+        f"{algorithm} / {protocol}", algorithm, protocol, rounds, events, summary, flatten(scenario)
     )
+
+
+RUN_TABLE_COLUMNS = {
+    "rounds": (
+        "round",
+        "t_start",
+        "t_end",
+        "generic_acc",
+        "personal_acc",
+        "bytes_up",
+        "bytes_down",
+    ),
+    "events": ("round", "client", "phase", "direction", "role", "t_start", "t_end", "bytes"),
+}
+"""Columns the comparison and report tables read from every run."""
 
 
 def time_to_target(rounds: pd.DataFrame, column: str, target: float) -> float:

@@ -1,10 +1,18 @@
 """Safe run directories: claimed before work starts, written atomically, replaced only if ours.
 
 * **Claim**: a run claims its target before any work with a reservation file
-  beside it (``.NAME.claim``, created exclusively, holding the process id),
-  so two runs never pick the same default name and a second run into an
-  explicit ``--out`` that another live run is writing is refused at once. A
-  claim whose process is gone is stale and taken over.
+  beside it (``.NAME.claim``, created exclusively, holding an owner record:
+  a random token, the process id and that process's start time), so two runs
+  never pick the same default name and a second run into an explicit
+  ``--out`` that another live run is writing is refused at once. A claim
+  whose process is gone, or whose pid now belongs to a process started at
+  another time, is stale and taken over.
+* **Ownership of leftovers**: mecsim removes only what it can prove it wrote:
+  claims holding its owner record, temporary directories holding
+  :data:`OWNER` (written the moment they are made) and checkpoint
+  temporaries starting with its checkpoint header, each of a process that is
+  gone. A user's ``.photos.old-999999-keep/`` or ``.lock.claim`` holding a
+  number is never touched.
 * **Atomic write**: everything is written to a hidden temporary directory
   beside the target, renamed into place only when complete; a crash or a bad
   input never leaves a half-written run directory.
@@ -18,6 +26,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import secrets
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator
@@ -30,6 +39,10 @@ log = logging.getLogger(__name__)
 
 MARKER = ".mecsim-run"
 """File every directory mecsim writes contains; only such a directory may be overwritten."""
+OWNER = ".mecsim-owner"
+"""File a temporary directory of mecsim's holds from its creation: its owner record."""
+_TOKEN = secrets.token_hex(8)
+"""This process's token in the owner records it writes."""
 
 
 def _claim_path(run_dir: Path) -> Path:
@@ -39,30 +52,76 @@ def _claim_path(run_dir: Path) -> Path:
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
+    except (ProcessLookupError, OverflowError, ValueError):
         return False
     except PermissionError:
         return True
     return True
 
 
+def _start_time(pid: int) -> str | None:
+    """When process ``pid`` started (clock ticks since boot, from /proc; None elsewhere)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return stat.rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def owner_record(pid: int | None = None) -> str:
+    """The owner record mecsim writes into its claims and temporaries (JSON)."""
+    pid = os.getpid() if pid is None else pid
+    record = {"mecsim": "owner", "token": _TOKEN, "pid": pid, "started": _start_time(pid)}
+    return json.dumps(record) + "\n"
+
+
+def _read_owner(path: Path) -> dict | None:
+    """The owner record in ``path``, or None if it holds none (not mecsim's)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            record = json.loads(f.read(4096))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(record, dict) or record.get("mecsim") != "owner":
+        return None
+    if not isinstance(record.get("pid"), int) or isinstance(record["pid"], bool):
+        return None
+    return record
+
+
+def _running(record: dict) -> bool:
+    """Whether the process that wrote ``record`` still runs (a reused pid does not)."""
+    pid = record["pid"]
+    if not _alive(pid):
+        return False
+    started, now = record.get("started"), _start_time(pid)
+    return started is None or now is None or started == now
+
+
+def _is_ours(record: dict) -> bool:
+    return record["pid"] == os.getpid() and record.get("token") == _TOKEN
+
+
 def _try_claim(run_dir: Path) -> bool:
-    """Create the claim file exclusively (taking over a dead process's); True if ours."""
+    """Create the claim file exclusively (taking over a stale one of mecsim's); True if
+    ours. A claim file that is not mecsim's is never removed."""
     claim = _claim_path(run_dir)
     for _ in range(2):
         try:
             fd = os.open(claim, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
         except FileExistsError:
-            try:
-                pid = int(claim.read_text().strip() or 0)
-            except (OSError, ValueError):
-                pid = 0
-            if pid and _alive(pid) and pid != os.getpid():
+            record = _read_owner(claim)
+            if record is None:
+                raise ConfigError(
+                    "output.dir",
+                    f"{claim} exists and is not mecsim's claim; remove it or choose another --out",
+                ) from None
+            if _running(record) and not _is_ours(record):
                 return False
             claim.unlink(missing_ok=True)  # stale: its process is gone
             continue
         with os.fdopen(fd, "w") as f:
-            f.write(str(os.getpid()))
+            f.write(owner_record())
         return True
     return False
 
@@ -70,24 +129,22 @@ def _try_claim(run_dir: Path) -> bool:
 def release(run_dir: Path) -> None:
     """Drop this process's claim on ``run_dir`` (if it holds one)."""
     claim = _claim_path(Path(run_dir))
-    try:
-        if claim.read_text().strip() == str(os.getpid()):
-            claim.unlink()
-    except OSError:
-        pass
+    record = _read_owner(claim)
+    if record is not None and _is_ours(record):
+        claim.unlink(missing_ok=True)
 
 
 def remove_stale_partials(parent: Path) -> list[Path]:
-    """Remove half-written directories (``.NAME.partial-PID-*``, ``.NAME.old-PID-*``) and
-    claims left in ``parent`` by processes that are gone (killed mid-write); return them."""
+    """Remove half-written directories (``.NAME.partial-*``, ``.NAME.old-*``), checkpoint
+    temporaries and claims left in ``parent`` by mecsim processes that are gone (killed
+    mid-write), proven mecsim's by the owner record inside; return them."""
     removed: list[Path] = []
     if not parent.is_dir():
         return removed
     for path in parent.glob(".*"):
-        pid = _owner(path)
-        if pid is None or _alive(pid):
+        if not _stale_leftover(path):
             continue
-        if path.is_dir():
+        if path.is_dir() and not path.is_symlink():
             shutil.rmtree(path, ignore_errors=True)
         else:
             path.unlink(missing_ok=True)
@@ -97,20 +154,37 @@ def remove_stale_partials(parent: Path) -> list[Path]:
     return removed
 
 
-def _owner(path: Path) -> int | None:
-    """The pid of the mecsim process that made ``path``, if it is one of mecsim's leftovers."""
+def _stale_leftover(path: Path) -> bool:
+    """Whether ``path`` is a leftover of a mecsim process that is gone."""
     name = path.name
-    if name.endswith(".claim"):
+    if path.is_symlink():
+        return False
+    if name.endswith(".claim") and path.is_file():
+        record = _read_owner(path)
+    elif (".partial-" in name or ".old-" in name) and path.is_dir():
+        record = _read_owner(path / OWNER)
+    elif ".checkpoint.pt.tmp-" in name and path.is_file():
+        from mecsim.checkpoint import MAGIC  # a checkpoint temporary starts with its header
+
+        digits = name.rsplit(".checkpoint.pt.tmp-", 1)[1]
         try:
-            text = path.read_text().strip()
+            with open(path, "rb") as f:
+                ours = f.read(len(MAGIC)) == MAGIC
         except OSError:
-            return None
-        return int(text) if text.isdigit() else None
-    for tag in (".partial-", ".old-", ".checkpoint.pt.tmp-"):
-        if tag in name:
-            digits = name.rsplit(tag, 1)[1].split("-", 1)[0]
-            return int(digits) if digits.isdigit() else None
-    return None
+            return False
+        return ours and digits.isdigit() and not _alive(int(digits))
+    else:
+        return False
+    return record is not None and not _running(record)
+
+
+def _owned_temporary(run_dir: Path, kind: str) -> Path:
+    """A new hidden directory beside ``run_dir`` (``.NAME.KIND-PID-*``) holding :data:`OWNER`."""
+    tmp = Path(
+        tempfile.mkdtemp(prefix=f".{run_dir.name}.{kind}-{os.getpid()}-", dir=run_dir.parent)
+    )
+    (tmp / OWNER).write_text(owner_record())
+    return tmp
 
 
 def claim_default_run_dir(base: str | Path, name: str) -> Path:
@@ -197,9 +271,7 @@ def atomic_directory(run_dir: Path, overwrite: bool = False) -> Iterator[Path]:
     run_dir = Path(run_dir)
     check_target(run_dir, overwrite)
     run_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(
-        tempfile.mkdtemp(prefix=f".{run_dir.name}.partial-{os.getpid()}-", dir=run_dir.parent)
-    )
+    tmp = _owned_temporary(run_dir, "partial")
     try:
         yield tmp
         (tmp / MARKER).write_text(json.dumps({"pid": os.getpid()}) + "\n")
@@ -208,14 +280,13 @@ def atomic_directory(run_dir: Path, overwrite: bool = False) -> Iterator[Path]:
         tmp.chmod(0o777 & ~umask)
         check_target(run_dir, overwrite)
         if run_dir.exists():
-            trash = Path(
-                tempfile.mkdtemp(prefix=f".{run_dir.name}.old-{os.getpid()}-", dir=run_dir.parent)
-            )
+            trash = _owned_temporary(run_dir, "old")
             os.replace(run_dir, trash / "run")
             os.replace(tmp, run_dir)
             shutil.rmtree(trash, ignore_errors=True)
         else:
             os.replace(tmp, run_dir)
+        (run_dir / OWNER).unlink(missing_ok=True)  # a finished run holds only its MARKER
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -8,7 +8,7 @@ import pytest
 
 import mecsim
 from mecsim.cli import main
-from mecsim.output import MARKER
+from mecsim.output import MARKER, OWNER, owner_record
 
 COST_ONLY = ["execution.cost_only=true", "clients.num_samples=20", "protocol.rounds=1"]
 
@@ -24,7 +24,7 @@ def run_cli(tiny, tmp_path, *extra: str) -> int:
 def test_a_default_name_claimed_by_a_live_run_is_never_reused(tiny, tmp_path):
     tiny["output"]["dir"] = str(tmp_path)
     # another live process (our parent) has claimed the default name
-    (tmp_path / ".tiny-seed3.claim").write_text(str(os.getppid()))
+    (tmp_path / ".tiny-seed3.claim").write_text(owner_record(os.getppid()))
     result = mecsim.run(tiny, COST_ONLY)
 
     assert result.run_dir == tmp_path / "tiny-seed3-2"
@@ -34,14 +34,14 @@ def test_a_default_name_claimed_by_a_live_run_is_never_reused(tiny, tmp_path):
 
 def test_an_explicit_out_claimed_by_a_live_run_is_refused_before_work(tiny, tmp_path, capsys):
     target = tmp_path / "run"
-    (tmp_path / ".run.claim").write_text(str(os.getppid()))
+    (tmp_path / ".run.claim").write_text(owner_record(os.getppid()))
     assert run_cli(tiny, tmp_path, "--out", str(target)) == 2
     assert "another running mecsim process" in capsys.readouterr().err
     assert not target.exists()
 
 
 def test_a_stale_claim_is_taken_over(tiny, tmp_path):
-    (tmp_path / ".run.claim").write_text("999999999")  # no such process
+    (tmp_path / ".run.claim").write_text(owner_record(999999999))  # no such process
     result = mecsim.run(tiny, COST_ONLY, out=tmp_path / "run")
     assert (result.run_dir / MARKER).is_file()
 
@@ -209,8 +209,9 @@ def test_sigterm_mid_run_stops_cleanly_and_writes_nothing(tiny, tmp_path):
 def test_leftovers_of_a_killed_run_are_removed_by_the_next_run(tiny, tmp_path, caplog):
     dead = tmp_path / ".old-run.partial-999999999-abcd"
     dead.mkdir()
+    (dead / OWNER).write_text(owner_record(999999999))
     (dead / "events.csv").write_text("half")
-    (tmp_path / ".old-run.claim").write_text("999999999")
+    (tmp_path / ".old-run.claim").write_text(owner_record(999999999))
     with caplog.at_level("WARNING", logger="mecsim"):
         mecsim.run(tiny, COST_ONLY, out=tmp_path / "new-run")
 
@@ -237,3 +238,40 @@ def test_unreadable_inputs_and_internal_errors_end_in_one_line(tmp_path, capsys,
     assert "internal error" in err and "Traceback" not in err
     saved = err.rsplit("traceback saved to ", 1)[1].strip()
     assert "RuntimeError: boom" in open(saved).read()
+
+
+def test_a_users_hidden_files_that_look_like_leftovers_are_never_removed(tiny, tmp_path):
+    """Names matching mecsim's patterns with a dead pid, but no owner record inside."""
+    photos = tmp_path / ".photos.old-999999-keep"
+    photos.mkdir()
+    (photos / "holiday.jpg").write_text("irreplaceable")
+    draft = tmp_path / ".thesis.partial-999998-draft"
+    draft.mkdir()
+    (draft / "chapter1.tex").write_text("years of work")
+    lock = tmp_path / ".lock.claim"
+    lock.write_text("999997")
+    forged = tmp_path / ".x.partial-999996-y"  # an owner file that is not a record
+    forged.mkdir()
+    (forged / OWNER).write_text("999996")
+    mecsim.run(tiny, COST_ONLY, out=tmp_path / "new-run")
+    assert (photos / "holiday.jpg").read_text() == "irreplaceable"
+    assert (draft / "chapter1.tex").read_text() == "years of work"
+    assert lock.read_text() == "999997" and (forged / OWNER).is_file()
+
+
+def test_a_claim_that_is_not_mecsims_is_refused_with_one_line_and_kept(tiny, tmp_path, capsys):
+    (tmp_path / ".run.claim").write_text("999997")
+    assert run_cli(tiny, tmp_path, "--out", str(tmp_path / "run")) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "is not mecsim's claim" in err[0]
+    assert (tmp_path / ".run.claim").read_text() == "999997"
+
+
+def test_a_claim_whose_pid_now_belongs_to_another_process_is_stale(tiny, tmp_path):
+    """The pid is alive (our parent) but started at another time than the claim says."""
+    record = json.loads(owner_record(os.getppid()))
+    record["started"] = "1"  # not when our parent started
+    (tmp_path / ".run.claim").write_text(json.dumps(record))
+    result = mecsim.run(tiny, COST_ONLY, out=tmp_path / "run")
+    assert (result.run_dir / MARKER).is_file() and not (result.run_dir / OWNER).exists()
+    assert not (tmp_path / ".run.claim").exists()  # taken over, then released
