@@ -352,23 +352,39 @@ class Simulation:
     def _record_download(
         self, round_: int, job: int | None, r: Reception, nbytes: int, phase: str = "download"
     ) -> None:
-        """Record a reception: ended (delivered or failed), or still open and cut off now."""
+        """Record a client's reception of a download (see :meth:`_record_transfer`)."""
+        rx_power_w = self.clients[r.client].device.rx_power_w
+        self._record_transfer(round_, job, r.client, r, nbytes, phase, "down", rx_power_w)
+
+    def _record_transfer(
+        self,
+        round_: int,
+        job: int | None,
+        client: int,
+        r: Reception,
+        nbytes: int,
+        phase: str,
+        direction: str,
+        power_w: float,
+    ) -> None:
+        """Record the client's side of a transfer (``down``: it receives at ``power_w``;
+        ``up``: it sends): ended (delivered or failed), or still open and cut off now with
+        the bits it carried so far."""
         if r.end is None:
             r, phase = r.cut(self.env.now), f"{phase}:cutoff"
             nbytes = int(r.bits) // 8
-        device = self.clients[r.client].device
         self.recorder.event(
             round_,
-            r.client,
+            client,
             f"{phase}:failed" if r.failed else phase,
             r.start,
             r.end,
             duration_s=r.duration_s,
             job=job,
-            direction="down",
-            role="receiver",
+            direction=direction,
+            role="receiver" if direction == "down" else "sender",
             nbytes=0 if r.failed else nbytes,
-            energy_j=device.rx_power_w * r.duration_s,
+            energy_j=power_w * r.duration_s,
             rate_bps=r.effective_rate_bps,
             snr_db=r.mean_sinr_db,
         )
@@ -516,25 +532,8 @@ class Simulation:
             self.recorder.event(
                 round_, client, "wait:spectrum", asked, granted, job=job, direction="up"
             )
-        phase = "upload:failed" if r.failed else "upload"
-        if r.end is None:
-            r, phase = r.cut(self.env.now), "upload:cutoff"
-            nbytes = int(r.bits) // 8
-        self.recorder.event(
-            round_,
-            client,
-            phase,
-            r.start,
-            r.end,
-            duration_s=r.duration_s,
-            job=job,
-            direction="up",
-            role="sender",
-            nbytes=0 if r.failed else nbytes,
-            energy_j=self.clients[client].tx_power_w * r.duration_s,
-            rate_bps=r.effective_rate_bps,
-            snr_db=r.mean_sinr_db,
-        )
+        power_w = self.clients[client].tx_power_w
+        self._record_transfer(round_, job, client, r, nbytes, "upload", "up", power_w)
 
     def _cut_upload(
         self,
