@@ -30,15 +30,28 @@ DESCRIBABLE = (
 )
 
 
+MAX_LIST = 10_000
+"""Most numbers one list argument may expand to (a sweep over more is a mistake)."""
+
+
 def _ints(text: str) -> list[int]:
-    """``0,3,7`` or ``0-2`` (inclusive) or a mix: ``0-2,5``."""
+    """``0,3,7`` or ``0-2`` (inclusive) or a mix: ``0-2,5``; at most :data:`MAX_LIST`."""
     out: list[int] = []
     for part in text.split(","):
         lo, sep, hi = part.strip().partition("-")
         try:
-            out += list(range(int(lo), int(hi) + 1)) if sep else [int(lo)]
+            first, last = int(lo), int(hi) if sep else int(lo)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{text!r}: give numbers, e.g. 0,3,7 or 0-2") from None
+        if last < first:
+            raise argparse.ArgumentTypeError(
+                f"{part.strip()!r}: a range runs from low to high, e.g. {last}-{first}"
+            )
+        if len(out) + last - first + 1 > MAX_LIST:
+            raise argparse.ArgumentTypeError(
+                f"{text!r} names more than {MAX_LIST:,} numbers; give fewer"
+            )
+        out += range(first, last + 1)
     return out
 
 

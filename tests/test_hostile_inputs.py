@@ -70,3 +70,25 @@ def test_an_intact_run_directory_still_reports(run_dir, capsys):
     assert main(["report", str(run_dir)]) == 0
     assert "fedavg" in capsys.readouterr().out
     assert json.loads((run_dir / "summary.json").read_text())["rounds"] == 2
+
+
+@pytest.mark.parametrize(
+    "seeds, says",
+    [("0-99999999999", "more than 10,000"), ("5-1", "from low to high"), ("a", "give numbers")],
+)
+def test_a_seed_list_that_is_huge_or_reversed_is_refused_in_one_line(tmp_path, capsys, seeds, says):
+    with pytest.raises(SystemExit) as stop:
+        main(
+            [
+                "compare",
+                "--scenario",
+                "scenarios/quickstart.toml",
+                "--out",
+                str(tmp_path / "c"),
+                "--seeds",
+                seeds,
+            ]
+        )
+    assert stop.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert says in err[-1] and "Traceback" not in "".join(err)
