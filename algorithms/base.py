@@ -57,6 +57,10 @@ SERVER = -1
 """The client id of the server in contexts and the events table."""
 
 
+MAX_LR = 100.0
+"""Largest learning rate a scenario may set: SGD past it diverges on any model here."""
+
+
 class AlgorithmSettings(Section):
     """Settings every algorithm shares: its name and the local-training schedule.
 
@@ -67,7 +71,7 @@ class AlgorithmSettings(Section):
     epochs: int = Field(default=1, ge=1, description="local epochs per task")
     steps: int | None = Field(default=None, ge=1, description="local SGD steps; overrides epochs")
     batch_size: int = Field(default=16, ge=1)
-    lr: float = Field(default=0.05, gt=0)
+    lr: float = Field(default=0.05, gt=0, le=MAX_LR, description="SGD learning rate")
     momentum: float = Field(default=0.0, ge=0, lt=1)
     weight_decay: float = Field(default=0.0, ge=0)
 

@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
-from mecsim.algorithms.base import AlgorithmSettings, ServerState
+from mecsim.algorithms.base import MAX_LR, AlgorithmSettings, ServerState
 from mecsim.algorithms.kapc import KAPC
 from mecsim.algorithms.registry import ALGORITHMS
 from pydantic import Field
@@ -42,7 +42,7 @@ from mecsim.state import TensorDict
 
 class FedAMPSettings(AlgorithmSettings):
     epochs: int = Field(default=5, ge=1, description="local epochs per round")
-    lr: float = Field(default=0.01, gt=0)
+    lr: float = Field(default=0.01, gt=0, le=MAX_LR)
     lam: float = Field(default=1.0, ge=0, description="lambda: weight of ||w_i - u_i||^2")
     sigma: float = Field(default=1.0, gt=0, description="attention sharpness on cosines")
     self_weight: float = Field(

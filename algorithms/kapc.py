@@ -55,7 +55,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
-from mecsim.algorithms.base import AlgorithmSettings, ClientState, RoundContext, ServerState, Task
+from mecsim.algorithms.base import (
+    MAX_LR,
+    AlgorithmSettings,
+    ClientState,
+    RoundContext,
+    ServerState,
+    Task,
+)
 from mecsim.algorithms.layerwise import LayerwiseMixing
 from mecsim.algorithms.losses import cross_entropy_loss, proximal
 from mecsim.algorithms.registry import ALGORITHMS
@@ -70,7 +77,7 @@ from mecsim.training import Loss
 
 class KAPCSettings(AlgorithmSettings):
     epochs: int = Field(default=5, ge=1, description="E: local epochs per round")
-    lr: float = Field(default=0.01, gt=0, description="eta_w: learning rate of W")
+    lr: float = Field(default=0.01, gt=0, le=MAX_LR, description="eta_w: learning rate of W")
     lam: float = Field(default=1.0, ge=0, description="lambda: weight of ||w_i - s_i||^2")
     beta: float = Field(default=0.005, ge=0, description="beta: pull of R toward uniform")
     relation_lr: float = Field(default=0.01, gt=0, description="eta_r: learning rate of R")

@@ -48,6 +48,7 @@ from collections.abc import Sequence
 import torch
 import torch.nn.functional as F
 from mecsim.algorithms.base import (
+    MAX_LR,
     AlgorithmSettings,
     ClientState,
     RoundContext,
@@ -66,7 +67,7 @@ from mecsim.state import ModelState, Payload, TensorDict
 
 class PFedLASettings(AlgorithmSettings):
     epochs: int = Field(default=5, ge=1, description="local epochs per round")
-    lr: float = Field(default=0.01, gt=0)
+    lr: float = Field(default=0.01, gt=0, le=MAX_LR)
     embedding_dim: int = Field(default=32, ge=1, le=4096)
     hidden_dim: int = Field(default=32, ge=1, le=4096)
     hn_lr: float = Field(default=0.005, gt=0, description="hypernetwork step size")

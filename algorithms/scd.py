@@ -20,7 +20,7 @@ lambda_g 0.05, lambda_p 0.01.
 
 from __future__ import annotations
 
-from mecsim.algorithms.base import ClientState, RoundContext, Task
+from mecsim.algorithms.base import MAX_LR, ClientState, RoundContext, Task
 from mecsim.algorithms.losses import cross_entropy_loss
 from mecsim.algorithms.pflplus import PFLPlus, PFLPlusSettings
 from mecsim.algorithms.registry import ALGORITHMS
@@ -33,7 +33,7 @@ from mecsim.training import Loss
 
 class SCDSettings(PFLPlusSettings):
     batch_size: int = Field(default=10, ge=1, description="appendix B: batch 10 (CIFAR-10/100)")
-    lr: float = Field(default=0.01, gt=0, description="appendix B: eta_G = eta_p = 0.01")
+    lr: float = Field(default=0.01, gt=0, le=MAX_LR, description="appendix B: eta_G = eta_p = 0.01")
     momentum: float = Field(default=0.5, ge=0, lt=1, description="appendix B: SGD momentum 0.5")
     tau: float = Field(default=0.4, gt=0, le=1, description="truncation ratio of eq. (5)")
     lambda_g: float = Field(default=0.05, ge=0, description="weight of the generic term, eq. (5)")

@@ -115,6 +115,10 @@ def load_run(run_dir: str | Path) -> RunRecord:
             "rerun the run or leave it out"
         ) from None
     rounds, events = tables
+    if rounds.empty:
+        raise MecsimError(
+            f"{run_dir}: its rounds table is empty (no round finished); rerun it or leave it out"
+        )
     missing = [c for c in RUN_TABLE_COLUMNS["rounds"] if c not in rounds]
     missing += [c for c in RUN_TABLE_COLUMNS["events"] if c not in events]
     if missing:

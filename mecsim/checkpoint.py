@@ -189,9 +189,18 @@ class CheckpointMismatch(MecsimError):
         )
 
 
+PATH_KEYS = (("clients", "table"), ("faults", "availability"), ("data", "root"))
+"""Settings that name a file or directory: hashed as absolute paths, so the same file
+spelled another way (``./t.csv``, ``../x/t.csv``) is the same scenario."""
+
+
 def scenario_digest(resolved: dict[str, Any]) -> str:
     """Hash of a resolved scenario without the keys that do not change results."""
     data = {k: v for k, v in resolved.items() if k not in ("output", "versions", "execution")}
+    for section, key in PATH_KEYS:
+        value = data.get(section, {}).get(key) if isinstance(data.get(section), dict) else None
+        if isinstance(value, str):
+            data[section] = {**data[section], key: os.path.abspath(value)}
     execution = dict(resolved.get("execution", {}))
     for key in ("executor", "max_batch_clients", "ray_address", "ray_num_cpus", "ray_tasks"):
         execution.pop(key, None)

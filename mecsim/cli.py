@@ -14,6 +14,7 @@ import time
 import traceback
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from mecsim.errors import MecsimError
 
@@ -98,7 +99,9 @@ def _parser() -> argparse.ArgumentParser:
     )
 
     validate = commands.add_parser(
-        "validate", parents=[plugins, overrides], help="check a scenario and report every problem"
+        "validate",
+        parents=[plugins, overrides, device],
+        help="check a scenario and report every problem",
     )
     validate.add_argument("scenario", help="scenario TOML file")
     validate.add_argument("--out", default=None, help="the run directory a run would write")
@@ -218,36 +221,80 @@ class Terminated(BaseException):
     """SIGTERM (what job schedulers send), raised where the run is, like Ctrl-C."""
 
 
+class Interrupted(KeyboardInterrupt):
+    """SIGINT, raised where the run is: a KeyboardInterrupt that a signal really sent (a
+    plug-in raising KeyboardInterrupt is told apart)."""
+
+
 def _on_sigterm(signum, frame) -> None:
     raise Terminated
+
+
+def _on_sigint(signum, frame) -> None:
+    raise Interrupted
+
+
+def _plugin_failed(error: BaseException) -> int | None:
+    """If ``error`` came from a plug-in's code, say so in one line (the traceback saved to
+    a file) and return exit code 2; None when no plug-in frame raised it."""
+    from mecsim.plugins import blame
+
+    culprit = blame(error.__traceback__)
+    if culprit is None:
+        return None
+    report = Path(tempfile.gettempdir()) / f"mecsim-plugin-{os.getpid()}-{int(time.time())}.txt"
+    report.write_text("".join(traceback.format_exception(error)))
+    what = (
+        f"called sys.exit({error.code})"
+        if isinstance(error, SystemExit)
+        else f"raised {type(error).__name__}: {error}"
+    )
+    sys.stderr.write(
+        f"error: plug-in code {culprit} {what}; fix the plug-in or leave it out "
+        f"(nothing was written; traceback saved to {report})\n"
+    )
+    return 2
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the process exit code.
 
-    0 ok; 2 bad input (one line naming the field); 1 an internal error (a bug:
-    its traceback is saved to a file); 130 / 143 interrupted by SIGINT / SIGTERM,
-    in which case nothing is written at the target.
+    0 ok; 2 bad input (one line naming the field) or a plug-in's failure (naming
+    its module, function and line); 1 an internal error (a bug: its traceback is
+    saved to a file); 130 / 143 interrupted by SIGINT / SIGTERM, in which case
+    nothing is written at the target. Both signal handlers are installed here,
+    also where the parent left SIGINT ignored (a script's background job).
     """
     args = _parser().parse_args(argv)
     # mecsim's own messages at INFO; other libraries' (torch's exit-time stats) from WARNING
     logging.basicConfig(level=logging.WARNING, format="%(message)s", stream=sys.stderr)
     logging.getLogger("mecsim").setLevel(logging.INFO)
-    try:
-        previous = signal.signal(signal.SIGTERM, _on_sigterm)
-    except ValueError:  # not the main thread: leave signals alone
-        previous = None
+    previous: dict[int, Any] = {}
+    for number, handler in ((signal.SIGTERM, _on_sigterm), (signal.SIGINT, _on_sigint)):
+        try:
+            previous[number] = signal.signal(number, handler)
+        except ValueError:  # not the main thread: leave signals alone
+            break
     try:
         return _main(args)
     except BrokenPipeError:  # output piped into a reader that stopped early (| head)
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())  # Python's exit flush must not fail again
         return 141
-    except (KeyboardInterrupt, Terminated) as stop:
+    except (KeyboardInterrupt, Terminated, SystemExit) as stop:
+        if not isinstance(stop, (Interrupted, Terminated)):  # raised by code, not a signal
+            code = _plugin_failed(stop)
+            if code is not None:
+                return code
+            if isinstance(stop, SystemExit):
+                raise
         name = "SIGTERM" if isinstance(stop, Terminated) else "SIGINT"
         sys.stderr.write(f"interrupted ({name}): stopped; nothing was written at the target\n")
         return 143 if isinstance(stop, Terminated) else 130
-    except Exception:
+    except Exception as error:
+        code = _plugin_failed(error)
+        if code is not None:
+            return code
         report = Path(tempfile.gettempdir()) / f"mecsim-crash-{os.getpid()}-{int(time.time())}.txt"
         report.write_text(traceback.format_exc())
         exc = sys.exc_info()[1]
@@ -257,8 +304,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return 1
     finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+        for number, handler in previous.items():
+            signal.signal(number, handler)
 
 
 def _import_run_machinery() -> None:
@@ -301,8 +348,9 @@ def _main(args: argparse.Namespace) -> int:
                 sys.stderr.write(f"error: {problem}\n")
             if problems:
                 return 2
-            from mecsim.runner import check_run
+            from mecsim.runner import check_run, resolve_device
 
+            resolve_device(args.device)  # cuda asked for where there is none
             check_run(scenario, args.out)  # every check run makes before any work
             sys.stdout.write(f"{args.scenario}: ok\n")
             return 0

@@ -87,7 +87,20 @@ def _read(path: str, mtime_ns: int, size: int) -> pd.DataFrame:
                 f"{path}: client {row}: {column} = {table[column].iloc[row]} must lie in "
                 f"{range_text(column)}"
             )
+        if column == "num_samples" and (values != np.floor(values)).any():
+            row = int(np.flatnonzero(values != np.floor(values))[0])
+            raise ValueError(
+                f"{path}: client {row}: num_samples = {table[column].iloc[row]} is not a whole "
+                "number of samples"
+            )
         table[column] = values
     if "device" in table:
-        table["device"] = table["device"].astype(str).str.strip()
+        names = table["device"].astype(str).str.strip()
+        empty = np.flatnonzero(table["device"].isna().to_numpy() | (names == "").to_numpy())
+        if len(empty):
+            raise ValueError(
+                f"{path}: client {int(empty[0])}: the device cell is empty; name a registered "
+                "device (mecsim list devices) or drop the column"
+            )
+        table["device"] = names
     return table.reset_index(drop=True)

@@ -7,10 +7,40 @@ their registries): dependencies point one way, scenario -> registries.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+import functools
+import types
+import typing
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
+
+
+def _types_in(annotation: Any) -> set[Any]:
+    """Every type an annotation names, through unions, Annotated and containers."""
+    origin = typing.get_origin(annotation)
+    if origin is typing.Annotated:
+        return _types_in(typing.get_args(annotation)[0])
+    if origin in (typing.Union, types.UnionType):
+        return set().union(*(_types_in(a) for a in typing.get_args(annotation)))
+    return {annotation}
+
+
+@functools.cache
+def _number_not_bool(model: type[BaseModel], name: str) -> bool:
+    """Whether field ``name`` of ``model`` takes a number but never true/false."""
+    named = _types_in(model.model_fields[name].annotation)
+    return bool(named & {int, float}) and bool not in named and Any not in named
 
 
 class Section(BaseModel):
-    """Base of every scenario section: unknown keys are errors, defaults are validated."""
+    """Base of every scenario section: unknown keys are errors, defaults are validated,
+    and a number is never given as true/false (pydantic would read ``true`` as 1)."""
 
     model_config = ConfigDict(extra="forbid", validate_default=True, allow_inf_nan=False)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool_for_a_number(cls, value: Any, info: ValidationInfo) -> Any:
+        if isinstance(value, bool) and info.field_name and _number_not_bool(cls, info.field_name):
+            raise ValueError(f"give a number, not {str(value).lower()}")
+        return value

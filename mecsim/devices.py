@@ -11,6 +11,7 @@ SoC figures, not measurements.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from mecsim.registry import Registry
@@ -33,6 +34,19 @@ class DeviceProfile:
     power_w: float
     rx_power_w: float = 0.0
     idle_power_w: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.flops_per_s) and self.flops_per_s > 0):
+            raise ValueError(
+                f"device {self.name!r}: flops_per_s = {self.flops_per_s} must be a positive "
+                "finite number of FLOP/s"
+            )
+        for key in ("power_w", "rx_power_w", "idle_power_w"):
+            value = getattr(self, key)
+            if not (math.isfinite(value) and value >= 0):
+                raise ValueError(
+                    f"device {self.name!r}: {key} = {value} must be a finite power >= 0 W"
+                )
 
     def compute_time(self, flops: float) -> float:
         """Seconds to execute ``flops`` FLOPs."""

@@ -85,7 +85,13 @@ class Choice(_Dist):
         return np.array([self.values[i] for i in picks], dtype=object)
 
 
-Distribution = Annotated[Uniform | Normal | LogNormal | Choice, Field(discriminator="dist")]
+class NumberChoice(Choice):
+    """``choice`` of a numeric attribute: every value is a number."""
+
+    values: list[float] = Field(min_length=1)
+
+
+Distribution = Annotated[Uniform | Normal | LogNormal | NumberChoice, Field(discriminator="dist")]
 
 
 def _attribute_kind(value: object) -> str:

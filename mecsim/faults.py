@@ -41,7 +41,10 @@ class FaultsConfig(Section):
     """``[faults]``: client dropout and availability (see :mod:`mecsim.faults`)."""
 
     dropout: float = Field(
-        default=0.0, ge=0, le=1, description="probability that a client drops out of a job"
+        default=0.0,
+        ge=0,
+        lt=1,
+        description="probability that a client drops out of a job (1 would drop every job)",
     )
     dropout_per: Literal["round", "task"] = Field(
         default="round", description="'round': one draw per job; 'task': one draw per task"
@@ -52,13 +55,15 @@ class FaultsConfig(Section):
 
 
 FIELD = "faults.availability"
+MAX_TIME_S = 1e9
+"""Latest time a trace may name (about 32 years): a later one is a mistake of units."""
 
 
 def read_availability(path: str | Path, num_clients: int) -> dict[int, list[tuple[float, float]]]:
     """Online intervals per client from a trace CSV, checked (sorted, disjoint, finite)."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")  # a byte-order mark is not data
     except (OSError, UnicodeDecodeError) as error:
         raise ConfigError(FIELD, f"cannot read {path}: {error}") from None
     rows = list(csv.reader(text.splitlines()))
@@ -83,6 +88,12 @@ def read_availability(path: str | Path, num_clients: int) -> dict[int, list[tupl
         if not (math.isfinite(start) and math.isfinite(end) and 0 <= start < end):
             raise ConfigError(
                 FIELD, f"{path} line {line}: need finite 0 <= start_s < end_s, got {start}, {end}"
+            )
+        if start > MAX_TIME_S:
+            raise ConfigError(
+                FIELD,
+                f"{path} line {line}: start_s = {start:g} s is beyond {MAX_TIME_S:g} s (about "
+                "32 years); are the times in seconds?",
             )
         intervals.setdefault(client, []).append((start, end))
     for client, spans in intervals.items():

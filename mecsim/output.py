@@ -219,13 +219,39 @@ def check_parent(run_dir: Path) -> None:
     for parent in run_dir.parents:
         if parent.exists() and not parent.is_dir():
             raise ConfigError("output.dir", f"{parent} is a file; choose a directory for --out")
-    if str(run_dir.resolve()).startswith(("/proc/", "/sys/", "/dev/")):
+    try:
+        resolved = str(run_dir.resolve())
+    except (RuntimeError, OSError) as error:  # a symlink loop, a name too long
+        raise ConfigError(
+            "output.dir", f"{run_dir} cannot be resolved ({error}); choose another --out"
+        ) from None
+    if resolved.startswith(("/proc/", "/sys/", "/dev/")):
         raise ConfigError("output.dir", f"{run_dir} is not a place for results; choose another")
     existing = next((p for p in run_dir.absolute().parents if p.exists()), None)
+    longest = _name_max(existing) - TEMPORARY_AFFIX
+    if len(os.fsencode(run_dir.name)) > longest:
+        raise ConfigError(
+            "output.dir",
+            f"the name {run_dir.name[:40]}... is {len(os.fsencode(run_dir.name))} bytes; at most "
+            f"{longest} leave room for mecsim's temporaries beside it: choose a shorter --out",
+        )
     if existing is not None and not os.access(existing, os.W_OK | os.X_OK):
         raise ConfigError(
             "output.dir", f"{existing} is not writable by this user; choose another --out"
         )
+
+
+TEMPORARY_AFFIX = 48
+"""Bytes mecsim adds around a run directory's name in its temporaries' names
+(``.NAME.checkpoint.pt.tmp-PID``, ``.NAME.partial-PID-XXXXXXXX``)."""
+
+
+def _name_max(directory: Path | None) -> int:
+    """Longest file name the file system of ``directory`` takes (255 where unknown)."""
+    try:
+        return os.pathconf(directory or ".", "PC_NAME_MAX")
+    except (OSError, ValueError):
+        return 255
 
 
 def check_target(run_dir: Path, overwrite: bool) -> None:

@@ -20,6 +20,7 @@ import sys
 from collections.abc import Sequence
 from importlib.metadata import entry_points
 from pathlib import Path
+from types import TracebackType
 
 from mecsim.errors import ConfigError
 
@@ -28,6 +29,8 @@ GROUP = "mecsim.plugins"
 
 log = logging.getLogger(__name__)
 _entry_points_loaded = False
+_modules: set[str] = set()
+"""Names of the plug-in modules (and entry-point packages) loaded in this process."""
 
 
 def load_entry_points() -> list[str]:
@@ -39,10 +42,12 @@ def load_entry_points() -> list[str]:
     _entry_points_loaded = True
     loaded = []
     for point in entry_points(group=GROUP):
+        _modules.add(point.value.split(":")[0].split(".")[0])
         try:
             point.load()
-        except Exception as error:  # a broken third-party package
-            log.warning("skipped the mecsim plug-in %r (%s): %s", point.name, point.value, error)
+        except (Exception, SystemExit) as error:  # a broken third-party package
+            what = f"sys.exit({error.code})" if isinstance(error, SystemExit) else error
+            log.warning("skipped the mecsim plug-in %r (%s): %s", point.name, point.value, what)
             continue
         loaded.append(point.name)
     return loaded
@@ -58,6 +63,7 @@ def import_module(name: str):
         loaded = sys.modules.get(path.stem)
         if loaded is not None and getattr(loaded, "__file__", None) == str(path.resolve()):
             return loaded  # imported already (registering twice would be refused)
+        _modules.add(path.stem)
         spec = importlib.util.spec_from_file_location(path.stem, path.resolve())
         assert spec is not None and spec.loader is not None
         module = importlib.util.module_from_spec(spec)
@@ -72,6 +78,7 @@ def import_module(name: str):
         return module
     if "" not in sys.path and str(Path.cwd()) not in sys.path:
         sys.path.insert(0, str(Path.cwd()))
+    _modules.add(name)
     try:
         return importlib.import_module(name)
     except ModuleNotFoundError as error:
@@ -91,3 +98,16 @@ def load_plugins(imports: Sequence[str] = ()) -> None:
     load_entry_points()
     for name in imports:
         import_module(name)
+
+
+def blame(traceback: TracebackType | None) -> str | None:
+    """Where a plug-in raised: ``"module.function() line N"`` of the innermost frame of
+    a traceback that runs a plug-in's code, or None if no plug-in frame is in it."""
+    found = None
+    while traceback is not None:
+        frame = traceback.tb_frame
+        module = str(frame.f_globals.get("__name__", ""))
+        if module in _modules or module.split(".")[0] in _modules:
+            found = f"{module}.{frame.f_code.co_name}() line {traceback.tb_lineno}"
+        traceback = traceback.tb_next
+    return found

@@ -22,6 +22,7 @@ import itertools
 import logging
 import os
 import re
+import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
@@ -310,11 +311,21 @@ def _run_point(data: dict[str, Any], out: str, options: dict[str, Any]) -> str:
     return out
 
 
-def _worker_start(imports: Sequence[str], threads: int) -> None:
+def _exit_with_parent(parent: int, poll_s: float = 0.5) -> None:
+    """End this worker once the process that started it is gone: a parent killed with
+    SIGKILL runs no clean-up, and its workers would otherwise go on for the whole sweep."""
+    while os.getppid() == parent:
+        time.sleep(poll_s)
+    os._exit(1)
+
+
+def _worker_start(imports: Sequence[str], threads: int, parent: int | None = None) -> None:
     import torch
 
     from mecsim.plugins import load_plugins
 
+    if parent is not None:
+        threading.Thread(target=_exit_with_parent, args=(parent,), daemon=True).start()
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     torch.set_num_threads(threads)
     load_plugins(imports)
@@ -366,7 +377,7 @@ def run_sweep(
         max_workers=jobs,
         mp_context=get_context("spawn"),
         initializer=_worker_start,
-        initargs=(list(imports), threads),
+        initargs=(list(imports), threads, os.getpid()),
     ) as pool:
         futures = {
             pool.submit(_run_point, plan.data[i], str(plan.dirs[i]), dict(options)): i for i in todo
