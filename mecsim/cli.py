@@ -105,6 +105,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     validate.add_argument("scenario", help="scenario TOML file")
     validate.add_argument("--out", default=None, help="the run directory a run would write")
+    validate.add_argument(
+        "--simulate",
+        action="store_true",
+        help="also run the protocol in cost-only mode (nothing written): finds deadlines no "
+        "round can meet, traces that leave no client online, runs where no update arrives",
+    )
 
     cmp = commands.add_parser(
         "compare",
@@ -352,6 +358,11 @@ def _main(args: argparse.Namespace) -> int:
 
             resolve_device(args.device)  # cuda asked for where there is none
             check_run(scenario, args.out)  # every check run makes before any work
+            if args.simulate:
+                from mecsim.runner import run
+
+                overrides = [*args.overrides, "execution.cost_only=true"]
+                run(args.scenario, overrides, write=False, progress=False)
             sys.stdout.write(f"{args.scenario}: ok\n")
             return 0
         if args.command == "compare":

@@ -145,7 +145,7 @@ def test_a_diverging_learning_rate_stops_the_run_naming_round_client_and_setting
 
     from mecsim.cli import main
 
-    tiny["algorithm"]["lr"] = 1e30
+    tiny["algorithm"].update(lr=100.0, momentum=0.99, steps=10)  # the largest lr allowed
     path = tmp_path / "s.toml"
     path.write_text(tomli_w.dumps(tiny))
 
