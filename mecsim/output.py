@@ -313,6 +313,13 @@ def atomic_directory(run_dir: Path, overwrite: bool = False) -> Iterator[Path]:
         else:
             os.replace(tmp, run_dir)
         (run_dir / OWNER).unlink(missing_ok=True)  # a finished run holds only its MARKER
+    except OSError as error:  # disk full, quota, a read-only or vanished folder
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise ConfigError(
+            "output.dir",
+            f"could not write {run_dir} ({error.strerror or error}); nothing was left "
+            "half-written: free space or choose another --out",
+        ) from None
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -345,3 +345,19 @@ def test_validate_simulate_finds_what_only_running_the_protocol_shows(
     capsys.readouterr()
     assert main([*args, "--simulate"]) == 2
     assert says in _one_line(capsys)
+
+
+def test_a_full_disk_while_writing_the_run_directory_is_one_line_and_leaves_nothing(
+    tmp_path, capsys, monkeypatch
+):
+    import mecsim.runner
+
+    def full(path, write):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(mecsim.runner, "write_file", full)
+    monkeypatch.chdir(tmp_path)
+    assert main([*RUN, "--out", "out"]) == 2
+    line = _one_line(capsys)
+    assert "output.dir" in line and "No space left on device" in line
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
