@@ -67,13 +67,13 @@ class AlgorithmSettings(Section):
     Algorithms subclass this to add their own keys (FedProx's ``mu``).
     """
 
-    name: str = "fedavg"
+    name: str = Field(default="fedavg", description="the algorithm (mecsim list algorithms)")
     epochs: int = Field(default=1, ge=1, description="local epochs per task")
     steps: int | None = Field(default=None, ge=1, description="local SGD steps; overrides epochs")
-    batch_size: int = Field(default=16, ge=1)
+    batch_size: int = Field(default=16, ge=1, description="local SGD minibatch size")
     lr: float = Field(default=0.05, gt=0, le=MAX_LR, description="SGD learning rate")
-    momentum: float = Field(default=0.0, ge=0, lt=1)
-    weight_decay: float = Field(default=0.0, ge=0)
+    momentum: float = Field(default=0.0, ge=0, lt=1, description="local SGD momentum")
+    weight_decay: float = Field(default=0.0, ge=0, description="local SGD weight decay (L2)")
 
 
 @dataclass(frozen=True)

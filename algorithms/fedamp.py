@@ -42,7 +42,7 @@ from mecsim.state import TensorDict
 
 class FedAMPSettings(AlgorithmSettings):
     epochs: int = Field(default=5, ge=1, description="local epochs per round")
-    lr: float = Field(default=0.01, gt=0, le=MAX_LR)
+    lr: float = Field(default=0.01, gt=0, le=MAX_LR, description="local SGD learning rate")
     lam: float = Field(default=1.0, ge=0, description="lambda: weight of ||w_i - u_i||^2")
     sigma: float = Field(default=1.0, gt=0, description="attention sharpness on cosines")
     self_weight: float = Field(

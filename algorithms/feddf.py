@@ -47,7 +47,9 @@ class FedDFSettings(AlgorithmSettings):
     public_batch_size: int = Field(default=128, ge=1, description="batch size on P (server)")
     distill_steps: int = Field(default=100, ge=1, description="N: server distillation steps")
     distill_lr: float = Field(default=0.01, gt=0, description="server distillation step size")
-    distill_momentum: float = Field(default=0.9, ge=0, lt=1)
+    distill_momentum: float = Field(
+        default=0.9, ge=0, lt=1, description="server distillation SGD momentum"
+    )
     temperature: float = Field(default=1.0, gt=0, description="T of the distillation KL")
 
 

@@ -67,9 +67,13 @@ from mecsim.state import ModelState, Payload, TensorDict
 
 class PFedLASettings(AlgorithmSettings):
     epochs: int = Field(default=5, ge=1, description="local epochs per round")
-    lr: float = Field(default=0.01, gt=0, le=MAX_LR)
-    embedding_dim: int = Field(default=32, ge=1, le=4096)
-    hidden_dim: int = Field(default=32, ge=1, le=4096)
+    lr: float = Field(default=0.01, gt=0, le=MAX_LR, description="local SGD learning rate")
+    embedding_dim: int = Field(
+        default=32, ge=1, le=4096, description="size of each client's embedding in the hypernetwork"
+    )
+    hidden_dim: int = Field(
+        default=32, ge=1, le=4096, description="hidden width of the hypernetwork"
+    )
     hn_lr: float = Field(default=0.005, gt=0, description="hypernetwork step size")
 
 

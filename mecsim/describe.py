@@ -16,7 +16,9 @@ from pydantic.fields import FieldInfo
 
 from mecsim.errors import ConfigError
 
-SECTIONS = ("data", "model", "network", "clients", "server", "execution", "output", "compare")
+NOT_SECTIONS = ("name", "seed", "algorithm", "protocol", "versions")
+"""Top-level scenario keys that are no section table of their own (algorithm and
+protocol tables are described per algorithm and per protocol)."""
 KINDS = ("algorithm", "protocol", "section", "model", "dataset", "device", "fading", "partition")
 SETTINGS_KINDS = ("algorithm", "protocol", "section")
 """Kinds whose entries are pydantic settings tables; the others are registered names."""
@@ -69,8 +71,49 @@ def _default(field: FieldInfo) -> str:
     return repr(value)
 
 
+def _section_model(annotation: Any) -> type[BaseModel] | None:
+    """The settings table a field holds (None for a value or a distribution)."""
+    for candidate in _flatten(annotation):
+        if (
+            isinstance(candidate, type)
+            and issubclass(candidate, BaseModel)
+            and candidate.__module__ != "mecsim.distributions"
+        ):
+            return candidate
+    return None
+
+
+def _flatten(annotation: Any) -> list[Any]:
+    origin = typing.get_origin(annotation)
+    if origin is typing.Annotated:
+        return _flatten(typing.get_args(annotation)[0])
+    if origin in (typing.Union, types.UnionType):
+        return [t for a in typing.get_args(annotation) for t in _flatten(a)]
+    return [annotation]
+
+
+def section_models() -> dict[str, type[BaseModel]]:
+    """Every scenario section table by its dotted path (``network.uplink`` too)."""
+    from mecsim.scenario import Scenario
+
+    found: dict[str, type[BaseModel]] = {}
+
+    def walk(model: type[BaseModel], prefix: str) -> None:
+        for name, field in model.model_fields.items():
+            table = _section_model(field.annotation)
+            if table is None or (not prefix and name in NOT_SECTIONS):
+                continue
+            path = f"{prefix}{name}"
+            found[path] = table
+            walk(table, f"{path}.")
+
+    walk(Scenario, "")
+    return found
+
+
 def settings_rows(model: type[BaseModel], skip: tuple[str, ...] = ()) -> list[dict[str, str]]:
-    """One row per key (but ``skip``): name, type, default, range, description."""
+    """One row per key (but ``skip`` and nested tables, described as their own sections):
+    name, type, default, range, description."""
     return [
         {
             "key": name,
@@ -80,7 +123,7 @@ def settings_rows(model: type[BaseModel], skip: tuple[str, ...] = ()) -> list[di
             "description": field.description or "",
         }
         for name, field in model.model_fields.items()
-        if name not in skip
+        if name not in skip and _section_model(field.annotation) is None
     ]
 
 
@@ -99,12 +142,10 @@ def settings_of(kind: str, name: str) -> tuple[type[BaseModel], str]:
         if name not in PROTOCOLS:
             raise ConfigError("protocol", _unknown(name, PROTOCOLS.names()))
         return protocol_settings(name), PROTOCOLS.describe()[name]
-    from mecsim.scenario import Scenario
-
-    if name not in SECTIONS:
-        raise ConfigError("section", _unknown(name, list(SECTIONS)))
-    model = Scenario.model_fields[name].annotation
-    assert isinstance(model, type) and issubclass(model, BaseModel)
+    sections = section_models()
+    if name not in sections:
+        raise ConfigError("section", _unknown(name, list(sections)))
+    model = sections[name]
     lines = (model.__doc__ or "").strip().splitlines()
     return model, lines[0] if lines else f"the [{name}] table"
 
@@ -217,7 +258,7 @@ def reference_markdown() -> str:
         "a test checks that it is current. `mecsim describe KIND NAME` prints one entry.",
         "",
     ]
-    entries = [("section", name) for name in SECTIONS]
+    entries = [("section", name) for name in section_models()]
     entries += [("algorithm", name) for name in ALGORITHMS.names()]
     entries += [("protocol", name) for name in PROTOCOLS.names()]
     for kind, name in entries:

@@ -49,18 +49,42 @@ from mecsim.protocols.settings import ProtocolSettings
 class DataConfig(Section):
     """Dataset, partition across clients, and per-client splits."""
 
-    dataset: str = "digits"
+    dataset: str = Field(default="digits", description="dataset name (mecsim list datasets)")
     root: str | None = Field(default=None, description="directory holding torchvision datasets")
     download: bool = Field(default=False, description="allow torchvision to download into root")
-    partition: str = "dirichlet"
+    partition: str = Field(
+        default="dirichlet",
+        description="how training data splits over clients (mecsim list partitions)",
+    )
     alpha: float = Field(default=0.5, gt=0, description="Dirichlet concentration")
-    classes_per_client: int = Field(default=2, ge=1)
-    quantity_skew: Literal["none", "lognormal"] = "none"
-    lognormal_sigma: float = Field(default=2.0, ge=0)
-    min_samples: int = Field(default=2, ge=1)
-    test_fraction: float = Field(default=0.2, gt=0, lt=1)
-    val_fraction: float = Field(default=0.0, ge=0, lt=1)
-    local_test_fraction: float = Field(default=0.25, gt=0)
+    classes_per_client: int = Field(
+        default=2, ge=1, description="pathological partition: label classes each client holds"
+    )
+    quantity_skew: Literal["none", "lognormal"] = Field(
+        default="none", description="client dataset sizes: as the partition gives, or lognormal"
+    )
+    lognormal_sigma: float = Field(
+        default=2.0, ge=0, description="quantity_skew = lognormal: sigma of the size draw"
+    )
+    min_samples: int = Field(
+        default=2,
+        ge=1,
+        description="every client gets at least this many training samples (redraws)",
+    )
+    test_fraction: float = Field(
+        default=0.2, gt=0, lt=1, description="share of the pool held out as the global test set"
+    )
+    val_fraction: float = Field(
+        default=0.0,
+        ge=0,
+        lt=1,
+        description="share of each client's data kept as its validation split",
+    )
+    local_test_fraction: float = Field(
+        default=0.25,
+        gt=0,
+        description="each client's local test set, as a share of its training size (same labels)",
+    )
     public_size: int = Field(
         default=0,
         ge=0,
@@ -72,8 +96,12 @@ class DataConfig(Section):
         description="draw the public split from this dataset instead (e.g. cifar100 for "
         "cifar10, as COMET); same input shape; the private data keeps every sample",
     )
-    synthetic_alpha: float = Field(default=1.0, ge=0)
-    synthetic_beta: float = Field(default=1.0, ge=0)
+    synthetic_alpha: float = Field(
+        default=1.0, ge=0, description="synthetic dataset: model heterogeneity alpha (FedProx)"
+    )
+    synthetic_beta: float = Field(
+        default=1.0, ge=0, description="synthetic dataset: data heterogeneity beta (FedProx)"
+    )
 
 
 class ModelConfig(Section):
@@ -103,8 +131,12 @@ class LinkConfig(Section):
     transfer sees scales with the bandwidth it occupies.
     """
 
-    interference_dbm: NumberAttr | None = None
-    interference_w: NumberAttr | None = None
+    interference_dbm: NumberAttr | None = Field(
+        default=None, description="interference power at the receiver, dBm (drawn per transfer)"
+    )
+    interference_w: NumberAttr | None = Field(
+        default=None, description="interference power at the receiver, W (drawn per transfer)"
+    )
     interference_dbm_hz: float | None = Field(
         default=None,
         ge=-250,
@@ -123,6 +155,8 @@ class LinkConfig(Section):
 
 
 class UplinkConfig(LinkConfig):
+    """The uplink: clients' transmissions to the server (FDMA), and its interference."""
+
     total_bandwidth_mhz: float | None = Field(
         default=None,
         gt=0,
@@ -133,9 +167,18 @@ class UplinkConfig(LinkConfig):
 
 
 class DownlinkConfig(LinkConfig):
-    mode: Literal["broadcast", "unicast"] = "broadcast"
-    bandwidth_mhz: float = Field(default=50.0, gt=0, le=1e5)
-    tx_power_dbm: float = Field(default=30.0, ge=-50, le=80)
+    """The downlink: the server's transmitter, shared by its sends, and its interference."""
+
+    mode: Literal["broadcast", "unicast"] = Field(
+        default="broadcast",
+        description="a payload every client gets goes out once (broadcast) or once per client",
+    )
+    bandwidth_mhz: float = Field(
+        default=50.0, gt=0, le=1e5, description="the server transmitter's band, shared by its sends"
+    )
+    tx_power_dbm: float = Field(
+        default=30.0, ge=-50, le=80, description="the server's transmit power, split like its band"
+    )
     broadcast_rate: Literal["rateless", "worst"] = Field(
         default="rateless",
         description="'rateless': each receiver decodes at its own rate (ideal); "
@@ -150,14 +193,25 @@ class NetworkConfig(Section):
     reading that reproduces KAPC Table 5's times (see DESIGN.md).
     """
 
-    preset: Literal["physical", "table5"] = "physical"
+    preset: Literal["physical", "table5"] = Field(
+        default="physical",
+        description="'physical': Shannon rates; 'table5': 1 bit/s/Hz, as KAPC Table 5's times",
+    )
     pathloss_db: float = Field(default=-40.0, ge=-200, le=0, description="gain at reference_m, dB")
-    reference_m: float = Field(default=1.0, gt=0, le=1e4)
-    exponent: float = Field(default=4.0, gt=0, le=10)
-    noise_psd_dbm_hz: float = Field(default=-174.0, ge=-230, le=-100)
-    fading: str = "none"
-    rician_k: float = Field(default=3.0, ge=0, le=1e4)
-    shadowing_sigma_db: float = Field(default=8.0, ge=0, le=50)
+    reference_m: float = Field(
+        default=1.0, gt=0, le=1e4, description="reference distance of the path-loss model, m"
+    )
+    exponent: float = Field(default=4.0, gt=0, le=10, description="path-loss exponent")
+    noise_psd_dbm_hz: float = Field(
+        default=-174.0, ge=-230, le=-100, description="thermal noise PSD, dBm/Hz"
+    )
+    fading: str = Field(default="none", description="small-scale fading model (mecsim list fading)")
+    rician_k: float = Field(
+        default=3.0, ge=0, le=1e4, description="rician fading: K factor (linear)"
+    )
+    shadowing_sigma_db: float = Field(
+        default=8.0, ge=0, le=50, description="lognormal fading: shadowing sigma, dB"
+    )
     spectral_efficiency: float | None = Field(default=None, gt=0, le=100, description="bit/s/Hz")
     coherence_ms: float = Field(
         default=10.0,
@@ -188,11 +242,19 @@ class NetworkConfig(Section):
 class ClientsConfig(Section):
     """Client population; each attribute is a constant or a distribution."""
 
-    count: int = Field(default=20, ge=1)
-    bandwidth_mhz: NumberAttr = Uniform(low=10, high=30)
-    tx_power_dbm: NumberAttr = Uniform(low=23, high=30)
-    distance_m: NumberAttr = Uniform(low=100, high=500)
-    device: NameAttr = "phone-mid"
+    count: int = Field(default=20, ge=1, description="number of clients")
+    bandwidth_mhz: NumberAttr = Field(
+        default=Uniform(low=10, high=30), description="each client's uplink band, MHz"
+    )
+    tx_power_dbm: NumberAttr = Field(
+        default=Uniform(low=23, high=30), description="each client's transmit power, dBm"
+    )
+    distance_m: NumberAttr = Field(
+        default=Uniform(low=100, high=500), description="each client's distance to the server, m"
+    )
+    device: NameAttr = Field(
+        default="phone-mid", description="each client's compute device (mecsim list devices)"
+    )
     num_samples: NumberAttr | None = Field(
         default=None,
         description="cost-only mode: per-client training sample counts (no data is loaded)",
@@ -230,7 +292,11 @@ class ClientsConfig(Section):
 
 
 class ServerConfig(Section):
-    device: str = "edge-server"
+    """The edge server: the device its aggregation and server tasks run on."""
+
+    device: str = Field(
+        default="edge-server", description="the server's compute device (mecsim list devices)"
+    )
 
 
 SAFE_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
@@ -238,14 +304,18 @@ SAFE_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
 
 
 class OutputConfig(Section):
-    dir: str = "runs"
+    """Where and how a run directory is written."""
+
+    dir: str = Field(default="runs", description="folder that holds run directories")
     name: str | None = Field(
         default=None,
         pattern=SAFE_NAME,
         description="run directory name under dir (default: <name>-seed<seed>)",
     )
-    overwrite: bool = False
-    progress: bool = True
+    overwrite: bool = Field(
+        default=False, description="replace an existing run directory mecsim wrote"
+    )
+    progress: bool = Field(default=True, description="show a progress bar")
     events_csv: bool = Field(
         default=True,
         description="also write events.csv (events.parquet is always written); false for "
@@ -343,14 +413,22 @@ class CompareConfig(Section):
         default_factory=list,
         description="run every point with each of these seeds (empty: the scenario's seed)",
     )
-    targets: list[float] = Field(default=[0.4, 0.8], min_length=1)
+    targets: list[float] = Field(
+        default=[0.4, 0.8],
+        min_length=1,
+        description="accuracies whose time to reach compare reports (pm_time_T, gm_time_T)",
+    )
 
 
 class Scenario(Section):
     """A whole scenario; build one with :func:`load_scenario` or :func:`validate_scenario`."""
 
-    name: str = Field(default="scenario", pattern=SAFE_NAME)
-    seed: int = 0
+    name: str = Field(
+        default="scenario",
+        pattern=SAFE_NAME,
+        description="the scenario's name (run directory prefix)",
+    )
+    seed: int = Field(default=0, description="seed of every random stream of the run")
     data: DataConfig = DataConfig()
     model: ModelConfig = ModelConfig()
     algorithm: SerializeAsAny[AlgorithmSettings] = AlgorithmSettings()

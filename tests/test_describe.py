@@ -86,3 +86,40 @@ def test_describing_an_unknown_model_lists_the_known_ones(capsys):
 
     assert main(["describe", "model", "cnn-large"]) == 2
     assert "unknown name 'cnn-large'; allowed: " in capsys.readouterr().err
+
+
+def _every_settings_model():
+    from mecsim.algorithms import ALGORITHMS
+    from mecsim.describe import section_models
+    from mecsim.protocols import PROTOCOLS
+    from mecsim.protocols.registry import protocol_settings
+
+    yield from (("section", path, model, ()) for path, model in section_models().items())
+    for name in ALGORITHMS.names():
+        yield "algorithm", name, ALGORITHMS.get(name).Settings, ("name",)
+    for name in PROTOCOLS.names():
+        yield "protocol", name, protocol_settings(name), ("kind",)
+
+
+def test_every_key_of_every_table_has_a_description_and_is_in_the_reference():
+    from pathlib import Path
+
+    from mecsim.describe import settings_rows
+
+    reference = (Path(__file__).resolve().parents[1] / "docs" / "reference.md").read_text()
+    undescribed = []
+    for kind, name, model, skip in _every_settings_model():
+        assert f"## {kind} `{name}`" in reference, (kind, name)
+        for row in settings_rows(model, skip):
+            if not row["description"].strip():
+                undescribed.append(f"{kind} {name}: {row['key']}")
+    assert not undescribed, undescribed
+
+
+@pytest.mark.parametrize("path", ["faults", "network.uplink", "network.downlink", "server"])
+def test_describe_section_accepts_every_section_path(path, capsys):
+    from mecsim.cli import main
+
+    assert main(["describe", "section", path]) == 0
+    out = capsys.readouterr().out
+    assert f"keys under [{path}]" in out

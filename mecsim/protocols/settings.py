@@ -16,7 +16,9 @@ from mecsim.config import Section
 class ProtocolSettings(Section):
     """Rounds, participation, selection and evaluation cadence (every protocol)."""
 
-    kind: str = "compute_and_wait"
+    kind: str = Field(
+        default="compute_and_wait", description="the protocol (mecsim list protocols)"
+    )
     rounds: int = Field(
         default=20, ge=1, le=10_000_000, description="rounds (async: server updates)"
     )
