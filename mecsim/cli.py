@@ -1,4 +1,4 @@
-"""Command line: ``mecsim run | validate | list``."""
+"""Command line: ``mecsim COMMAND`` (the commands and their one-line help: ``mecsim --help``)."""
 
 from __future__ import annotations
 
@@ -220,6 +220,7 @@ def _parser() -> argparse.ArgumentParser:
 
     listing = commands.add_parser("list", parents=[plugins], help="list registered names")
     listing.add_argument("kind", choices=LISTABLE, help="which registry")
+    parser.description = "Commands: " + ", ".join(commands.choices) + "."
     return parser
 
 
@@ -477,6 +478,14 @@ def _compare(args: argparse.Namespace) -> int:
         if args.seeds:
             data = apply_overrides(data, {"compare.seeds": args.seeds})
         base = load_scenario(data)
+        if args.sweep and base.compare.runs:  # the rule: the command line replaces them
+            logging.getLogger("mecsim").info(
+                "--sweep replaces the scenario's [compare] sweep and its %d [[compare.runs]]; "
+                "name them in --sweep to keep them",
+                len(base.compare.runs),
+            )
+            data = apply_overrides(data, {"compare.runs": []})
+            base = load_scenario(data)
         targets = targets or base.compare.targets
         sweep = dict(parse_sweep(item) for item in args.sweep) or base.compare.sweep
         axes = [axis(key, values) for key, values in sweep.items()]
@@ -499,6 +508,8 @@ def _compare(args: argparse.Namespace) -> int:
         figures=figures,
     )
     columns = ["run"] + [c for c in table.columns if c.startswith(("pm_time", "pm_speedup"))]
+    if table[columns[1:]].isna().all().all():  # no accuracy (cost-only): what was measured
+        columns = ["run", "sim_time_s", "bytes_up", "bytes_down", "energy_j"]
     sys.stdout.write(
         table[columns].to_string(index=False, float_format=lambda v: f"{v:.2f}") + "\n"
     )

@@ -100,6 +100,23 @@ def report(run_dirs: Sequence[str | Path], out: str | Path, overwrite: bool = Fa
     return markdown
 
 
+def check_baseline(records: Sequence[Any], baseline: str) -> None:
+    """Refuse a ``--baseline KEY=VALUE`` that names no setting of the runs, or a value no
+    run has, naming the choices (else every speedup would silently be NaN)."""
+    key, _, value = baseline.partition("=")
+    present = {str(r.settings[key]) for r in records if key in r.settings}
+    if not present:
+        choices = varying_keys(records) or sorted({k for r in records for k in r.settings})[:12]
+        raise ConfigError(
+            "--baseline", f"{key!r} is no setting of these runs; choose one of: {', '.join(choices)}"
+        )
+    if value not in present:
+        raise ConfigError(
+            "--baseline",
+            f"no run has {key} = {value!r}; the runs have {', '.join(sorted(present))}",
+        )
+
+
 @dataclass
 class Figures:
     """What ``mecsim compare`` draws: formats, the metric plot, the Gantt's selection."""
@@ -153,6 +170,8 @@ def compare(
     figures = figures or Figures()
     records = [load_run(d) for d in run_dirs]
     distinguish(records)
+    if baseline != DEFAULT_BASELINE:
+        check_baseline(records, baseline)
     table = compare_runs(records, list(targets), baseline)
     if figures.x is not None:
         check_figures(

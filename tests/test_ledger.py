@@ -346,3 +346,41 @@ def test_every_shipped_scenario_keeps_the_ledger_consistent(path):
         overrides.append("algorithm.fl_rounds=1")
     result = mecsim.run(path, overrides, write=False)
     assert not failures(check_result(result))
+
+
+def documented_phases() -> list[str]:
+    """The phase patterns of README.md's phase table (``<task>`` stands for a name)."""
+    import re
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    table = readme.split("<!-- phases -->", 1)[1].split("<!-- /phases -->", 1)[0]
+    first_cells = [row.split("|")[1] for row in table.splitlines() if row.startswith("| `")]
+    return [p for cell in first_cells for p in re.findall(r"`([^`]+)`", cell)]
+
+
+def test_every_phase_a_run_emits_is_documented_in_the_readme():
+    import re
+
+    patterns = [
+        re.compile("^" + re.escape(p).replace(re.escape("<task>"), "[a-z0-9_]+") + "$")
+        for p in documented_phases()
+    ]
+    runs = [
+        fedbuff_run(),
+        deadline_with_failed_transfers("drop"),
+        mecsim.run(
+            SCENARIOS / "comet_digits.toml",
+            ["execution.cost_only=true", "protocol.rounds=1", "output.progress=false"],
+            write=False,
+        ),
+        mecsim.run(
+            SCENARIOS / "quickstart.toml",
+            [*COST_ONLY, "clients.count=6", "protocol.rounds=2", "faults.dropout=0.5"]
+            + ["network.uplink.total_bandwidth_mhz=30"],
+            write=False,
+        ),
+    ]
+    emitted = {p for r in runs for p in r.events["phase"].unique()}
+    assert {"download:public", "wait:spectrum", "fault:dropout", "download:cutoff"} <= emitted
+    undocumented = sorted(p for p in emitted if not any(rx.match(p) for rx in patterns))
+    assert not undocumented
