@@ -39,13 +39,13 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+from pydantic import Field
+
 from mecsim.algorithms.base import AlgorithmSettings, RoundContext, ServerState, Task, Upload
 from mecsim.algorithms.clustering import kmeans, kmeans_flops
 from mecsim.algorithms.logit_exchange import LogitExchange, soft_decisions
 from mecsim.algorithms.losses import cross_entropy
 from mecsim.algorithms.registry import ALGORITHMS
-from pydantic import Field
-
 from mecsim.state import Payload
 from mecsim.training import Loss, TrainResult
 

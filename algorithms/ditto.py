@@ -7,12 +7,12 @@ client received this round.
 
 from __future__ import annotations
 
+from pydantic import Field
+
 from mecsim.algorithms.base import ClientState, RoundContext, Task
 from mecsim.algorithms.losses import cross_entropy_loss, proximal
 from mecsim.algorithms.pflplus import PFLPlus, PFLPlusSettings
 from mecsim.algorithms.registry import ALGORITHMS
-from pydantic import Field
-
 from mecsim.state import ModelState, Payload, TensorDict
 from mecsim.training import Loss
 

@@ -20,6 +20,9 @@ DS-FL reports the clients' models (COMET's comparison uses them too).
 
 from __future__ import annotations
 
+from pydantic import Field
+from torch import Tensor
+
 from mecsim.algorithms.base import RoundContext, ServerState, Upload
 from mecsim.algorithms.logit_exchange import (
     LogitExchange,
@@ -29,8 +32,6 @@ from mecsim.algorithms.logit_exchange import (
 )
 from mecsim.algorithms.losses import soft_cross_entropy
 from mecsim.algorithms.registry import ALGORITHMS
-from pydantic import Field
-from torch import Tensor
 
 
 class DSFLSettings(LogitExchangeSettings):

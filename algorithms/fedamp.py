@@ -31,12 +31,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
-from mecsim.algorithms.base import MAX_LR, AlgorithmSettings, ServerState
-from mecsim.algorithms.kapc import KAPC
-from mecsim.algorithms.registry import ALGORITHMS
 from pydantic import Field
 from torch import Tensor
 
+from mecsim.algorithms.base import MAX_LR, AlgorithmSettings, ServerState
+from mecsim.algorithms.kapc import KAPC
+from mecsim.algorithms.registry import ALGORITHMS
 from mecsim.state import TensorDict
 
 

@@ -22,7 +22,6 @@ from mecsim.algorithms.base import (
     Upload,
 )
 from mecsim.algorithms.registry import ALGORITHMS
-
 from mecsim.state import ModelState, Payload
 
 

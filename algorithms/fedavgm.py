@@ -12,12 +12,12 @@ overshoot tenfold). Integer buffers (BatchNorm's counter) take the average.
 from __future__ import annotations
 
 import torch
+from pydantic import Field
+
 from mecsim.algorithms.aggregate import weighted_average
 from mecsim.algorithms.base import AlgorithmSettings, RoundContext, ServerState, Upload
 from mecsim.algorithms.fedavg import FedAvg
 from mecsim.algorithms.registry import ALGORITHMS
-from pydantic import Field
-
 from mecsim.state import ModelState
 
 

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import dataclasses
 
+from pydantic import Field
+
 from mecsim.algorithms.base import AlgorithmSettings, ClientState, RoundContext, ServerState, Task
 from mecsim.algorithms.fedper import FedPer
 from mecsim.algorithms.registry import ALGORITHMS
-from pydantic import Field
-
 from mecsim.state import ModelState, Payload
 from mecsim.training import Schedule
 

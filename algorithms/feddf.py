@@ -26,6 +26,8 @@ Choices the paper leaves open, and the values taken:
 
 from __future__ import annotations
 
+from pydantic import Field
+
 from mecsim.algorithms.base import (
     AlgorithmSettings,
     ClientState,
@@ -37,8 +39,6 @@ from mecsim.algorithms.base import (
 from mecsim.algorithms.fedavg import FedAvg
 from mecsim.algorithms.losses import detached, distillation_kl, prefixed, unprefixed
 from mecsim.algorithms.registry import ALGORITHMS
-from pydantic import Field
-
 from mecsim.state import ModelState, Payload, TensorDict
 from mecsim.training import Loss, Schedule, TrainResult
 

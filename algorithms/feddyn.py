@@ -14,6 +14,8 @@ Default alpha = 0.01 (the paper's grid is 0.1, 0.01, 0.001).
 
 from __future__ import annotations
 
+from pydantic import Field
+
 from mecsim.algorithms.aggregate import weighted_average
 from mecsim.algorithms.base import (
     AlgorithmSettings,
@@ -26,8 +28,6 @@ from mecsim.algorithms.base import (
 from mecsim.algorithms.fedavg import FedAvg
 from mecsim.algorithms.losses import cross_entropy_loss, inner_product, proximal
 from mecsim.algorithms.registry import ALGORITHMS
-from pydantic import Field
-
 from mecsim.state import ModelState, Payload, TensorDict, zeros_like
 from mecsim.training import Loss, TrainResult
 

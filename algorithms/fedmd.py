@@ -31,13 +31,13 @@ from __future__ import annotations
 
 import dataclasses
 
+from pydantic import Field
+from torch import Tensor
+
 from mecsim.algorithms.base import RoundContext, ServerState, Task, Upload
 from mecsim.algorithms.logit_exchange import LogitExchange, LogitExchangeSettings, TargetLoss
 from mecsim.algorithms.losses import cross_entropy_loss, mean_absolute_error
 from mecsim.algorithms.registry import ALGORITHMS
-from pydantic import Field
-from torch import Tensor
-
 from mecsim.training import Loss, Schedule
 
 

@@ -6,12 +6,12 @@ is the global model the round started from. Everything else is FedAvg.
 
 from __future__ import annotations
 
+from pydantic import Field
+
 from mecsim.algorithms.base import AlgorithmSettings, ClientState, RoundContext, Task
 from mecsim.algorithms.fedavg import FedAvg
 from mecsim.algorithms.losses import cross_entropy_loss, proximal
 from mecsim.algorithms.registry import ALGORITHMS
-from pydantic import Field
-
 from mecsim.state import ModelState, Payload, TensorDict
 from mecsim.training import Loss
 

@@ -17,11 +17,11 @@ from __future__ import annotations
 import dataclasses
 
 import torch
+
 from mecsim.algorithms.base import ClientState, RoundContext, Task
 from mecsim.algorithms.losses import cross_entropy, cross_entropy_loss
 from mecsim.algorithms.pflplus import PFLPlus
 from mecsim.algorithms.registry import ALGORITHMS
-
 from mecsim.state import ModelState, Payload, TensorDict
 from mecsim.training import Loss, Schedule, TrainResult
 

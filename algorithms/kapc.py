@@ -55,6 +55,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
+from pydantic import Field
+from torch import Tensor
+
 from mecsim.algorithms.base import (
     MAX_LR,
     AlgorithmSettings,
@@ -66,9 +69,6 @@ from mecsim.algorithms.base import (
 from mecsim.algorithms.layerwise import LayerwiseMixing
 from mecsim.algorithms.losses import cross_entropy_loss, proximal
 from mecsim.algorithms.registry import ALGORITHMS
-from pydantic import Field
-from torch import Tensor
-
 from mecsim.models.layers import Layer
 from mecsim.rng import numpy_rng
 from mecsim.state import ModelState, Payload, TensorDict

@@ -43,12 +43,12 @@ from __future__ import annotations
 import math
 
 import torch
-from mecsim.algorithms.base import ClientState, RoundContext, ServerState, Task
-from mecsim.algorithms.kapc import KAPC, KAPCSettings
-from mecsim.algorithms.registry import ALGORITHMS
 from pydantic import Field
 from torch import Tensor
 
+from mecsim.algorithms.base import ClientState, RoundContext, ServerState, Task
+from mecsim.algorithms.kapc import KAPC, KAPCSettings
+from mecsim.algorithms.registry import ALGORITHMS
 from mecsim.models.layers import Layer
 from mecsim.state import Payload, TensorDict
 from mecsim.training import TrainResult

@@ -40,6 +40,9 @@ Choices the paper leaves open, and the values taken:
 from __future__ import annotations
 
 import torch
+from pydantic import Field
+from torch import Tensor
+
 from mecsim.algorithms.base import RoundContext, ServerState, Upload
 from mecsim.algorithms.logit_exchange import (
     LogitExchange,
@@ -49,9 +52,6 @@ from mecsim.algorithms.logit_exchange import (
 )
 from mecsim.algorithms.losses import kl_to_target
 from mecsim.algorithms.registry import ALGORITHMS
-from pydantic import Field
-from torch import Tensor
-
 from mecsim.state import Payload
 
 

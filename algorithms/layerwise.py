@@ -21,6 +21,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
+from torch import Tensor
+
 from mecsim.algorithms.base import (
     Algorithm,
     ClientState,
@@ -29,8 +31,6 @@ from mecsim.algorithms.base import (
     Task,
     Upload,
 )
-from torch import Tensor
-
 from mecsim.models.layers import Layer
 from mecsim.state import ModelState, Payload, TensorDict
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from mecsim.algorithms.base import Algorithm, ClientState, ServerState, Task
 from mecsim.algorithms.registry import ALGORITHMS
-
 from mecsim.state import ModelState
 
 

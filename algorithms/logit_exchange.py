@@ -26,6 +26,9 @@ from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
+from pydantic import Field
+from torch import Tensor
+
 from mecsim.algorithms.base import (
     Algorithm,
     AlgorithmSettings,
@@ -35,9 +38,6 @@ from mecsim.algorithms.base import (
     Task,
     Upload,
 )
-from pydantic import Field
-from torch import Tensor
-
 from mecsim.state import ModelState, Payload, TensorDict
 from mecsim.training import Loss, Schedule, TrainResult
 

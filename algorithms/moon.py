@@ -17,6 +17,8 @@ server averages as FedAvg.
 from __future__ import annotations
 
 import torch
+from pydantic import Field
+
 from mecsim.algorithms.base import AlgorithmSettings, ClientState, RoundContext, Task
 from mecsim.algorithms.fedavg import FedAvg
 from mecsim.algorithms.losses import (
@@ -27,8 +29,6 @@ from mecsim.algorithms.losses import (
     unprefixed,
 )
 from mecsim.algorithms.registry import ALGORITHMS
-from pydantic import Field
-
 from mecsim.state import ModelState, Payload, TensorDict
 from mecsim.training import Loss, TrainResult
 

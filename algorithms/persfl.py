@@ -37,6 +37,8 @@ from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
+from pydantic import Field, field_validator
+
 from mecsim.algorithms.base import AlgorithmSettings, ClientState, RoundContext, ServerState, Task
 from mecsim.algorithms.fedavg import FedAvg
 from mecsim.algorithms.losses import (
@@ -47,8 +49,6 @@ from mecsim.algorithms.losses import (
     unprefixed,
 )
 from mecsim.algorithms.registry import ALGORITHMS
-from pydantic import Field, field_validator
-
 from mecsim.state import ModelState, Payload, TensorDict
 from mecsim.training import Loss, Schedule, TrainResult
 

@@ -47,6 +47,9 @@ from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
+from pydantic import Field
+from torch import Tensor
+
 from mecsim.algorithms.base import (
     MAX_LR,
     AlgorithmSettings,
@@ -58,9 +61,6 @@ from mecsim.algorithms.base import (
 )
 from mecsim.algorithms.layerwise import LayerwiseMixing
 from mecsim.algorithms.registry import ALGORITHMS
-from pydantic import Field
-from torch import Tensor
-
 from mecsim.rng import numpy_rng
 from mecsim.state import ModelState, Payload, TensorDict
 

@@ -14,10 +14,10 @@ FedRoD, spectral co-distillation) supply losses; none has protocol code.
 
 from __future__ import annotations
 
-from mecsim.algorithms.base import AlgorithmSettings, ClientState, RoundContext, Task
-from mecsim.algorithms.fedavg import FedAvg
 from pydantic import Field
 
+from mecsim.algorithms.base import AlgorithmSettings, ClientState, RoundContext, Task
+from mecsim.algorithms.fedavg import FedAvg
 from mecsim.state import ModelState, Payload
 from mecsim.training import Schedule
 

@@ -18,6 +18,8 @@ plain SGD. Integer buffers (BatchNorm's counter) are averaged as values.
 
 from __future__ import annotations
 
+from pydantic import Field
+
 from mecsim.algorithms.aggregate import payload_difference, weighted_average
 from mecsim.algorithms.base import (
     AlgorithmSettings,
@@ -30,8 +32,6 @@ from mecsim.algorithms.base import (
 from mecsim.algorithms.fedavg import FedAvg
 from mecsim.algorithms.losses import cross_entropy_loss, inner_product
 from mecsim.algorithms.registry import ALGORITHMS
-from pydantic import Field
-
 from mecsim.state import ModelState, Payload, TensorDict, zeros_like
 from mecsim.training import Loss, TrainResult
 

@@ -20,13 +20,13 @@ lambda_g 0.05, lambda_p 0.01.
 
 from __future__ import annotations
 
+from pydantic import Field
+
 from mecsim.algorithms.base import MAX_LR, ClientState, RoundContext, Task
 from mecsim.algorithms.losses import cross_entropy_loss
 from mecsim.algorithms.pflplus import PFLPlus, PFLPlusSettings
 from mecsim.algorithms.registry import ALGORITHMS
 from mecsim.algorithms.spectral import divergence, fft_flops, flatten_weights, spectrum
-from pydantic import Field
-
 from mecsim.state import ModelState, Payload, TensorDict
 from mecsim.training import Loss
 

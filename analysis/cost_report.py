@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+
 from mecsim.analysis.compare import RunRecord
 from mecsim.analysis.costs import PHASES, summarize, time_split
 

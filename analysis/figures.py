@@ -14,6 +14,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
+
 from mecsim.analysis.compare import t_half_width  # noqa: E402
 
 FORMATS = ("png", "svg", "pdf")

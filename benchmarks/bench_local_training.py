@@ -19,8 +19,8 @@ import argparse
 import time
 
 import torch
-from mecsim.algorithms.losses import cross_entropy_loss
 
+from mecsim.algorithms.losses import cross_entropy_loss
 from mecsim.executors import train_batched
 from mecsim.models import build_model
 from mecsim.state import ModelState

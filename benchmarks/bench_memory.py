@@ -12,8 +12,8 @@ from __future__ import annotations
 import argparse
 
 import torch
-from mecsim.algorithms.losses import cross_entropy_loss
 
+from mecsim.algorithms.losses import cross_entropy_loss
 from mecsim.executors import train_batched
 from mecsim.models import build_model
 from mecsim.state import ModelState, payload_nbytes

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
+
 from mecsim.channels.fading import Fading, NoFading
 
 RateFn = Callable[[float, float, float], tuple[float, float]]

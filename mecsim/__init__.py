@@ -1,7 +1,10 @@
 """mecsim: personalized federated learning over a simulated wireless MEC network.
 
 Python API: ``mecsim.run(scenario, overrides, out=..., device=...)`` returns a
-:class:`~mecsim.runner.RunResult` with the events, rounds and clients tables.
+:class:`~mecsim.runner.RunResult` with the events, rounds and clients tables;
+``mecsim.load(run_dir)`` reads one back; ``mecsim.compare(run_dirs)`` and
+``mecsim.sweep(scenario, {key: values}, out)`` return comparison tables
+(:mod:`mecsim.api`).
 """
 
 from __future__ import annotations
@@ -11,10 +14,17 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
+    from mecsim.api import compare, load, sweep
     from mecsim.runner import run
     from mecsim.scenario import load_scenario
 
-_LAZY = {"run": "mecsim.runner", "load_scenario": "mecsim.scenario"}
+_LAZY = {
+    "run": "mecsim.runner",
+    "load_scenario": "mecsim.scenario",
+    "load": "mecsim.api",
+    "compare": "mecsim.api",
+    "sweep": "mecsim.api",
+}
 """Public functions and the module defining each: imported on first use, so that
 ``import mecsim`` (the CLI's first import, plug-ins) does not import torch."""
 
@@ -29,4 +39,4 @@ def __getattr__(name: str) -> Any:
     return value
 
 
-__all__ = ["__version__", "load_scenario", "run"]
+__all__ = ["__version__", "compare", "load", "load_scenario", "run", "sweep"]

@@ -202,7 +202,14 @@ def scenario_digest(resolved: dict[str, Any]) -> str:
         if isinstance(value, str):
             data[section] = {**data[section], key: os.path.abspath(value)}
     execution = dict(resolved.get("execution", {}))
-    for key in ("executor", "max_batch_clients", "ray_address", "ray_num_cpus", "ray_tasks"):
+    for key in (
+        "executor",
+        "max_batch_clients",
+        "ray_address",
+        "ray_num_cpus",
+        "ray_tasks",
+        "threads",
+    ):
         execution.pop(key, None)
     data["execution"] = execution
     text = json.dumps(data, sort_keys=True, default=str)

@@ -471,31 +471,25 @@ def _compare(args: argparse.Namespace) -> int:
     check_target(out / "comparison", overwrite=args.resume)
     if args.scenario:
         from mecsim.analysis.compare import comparison_columns, flatten
-        from mecsim.scenario import apply_overrides, load_scenario, read_scenario_file
-        from mecsim.sweep import axis, parse_sweep, plan_sweep, run_sweep
+        from mecsim.api import sweep_plan
+        from mecsim.sweeps import parse_sweep, run_sweep
 
-        data = apply_overrides(read_scenario_file(args.scenario), args.overrides)
-        if args.seeds:
-            data = apply_overrides(data, {"compare.seeds": args.seeds})
-        base = load_scenario(data)
-        if args.sweep and base.compare.runs:  # the rule: the command line replaces them
-            logging.getLogger("mecsim").info(
-                "--sweep replaces the scenario's [compare] sweep and its %d [[compare.runs]]; "
-                "name them in --sweep to keep them",
-                len(base.compare.runs),
-            )
-            data = apply_overrides(data, {"compare.runs": []})
-            base = load_scenario(data)
+        given = dict(parse_sweep(item) for item in args.sweep)
+        plan, base, sweep = sweep_plan(
+            args.scenario,
+            given,
+            out,
+            overrides=args.overrides,
+            seeds=args.seeds or (),
+            zip_axes=args.zip,
+            resume=args.resume,
+        )
         targets = targets or base.compare.targets
-        sweep = dict(parse_sweep(item) for item in args.sweep) or base.compare.sweep
-        axes = [axis(key, values) for key, values in sweep.items()]
-        mode = "zip" if args.zip else base.compare.mode
         check_figures(
             figures,
             comparison_columns(targets),
             sorted(set(flatten(base.model_dump(mode="json"))) | set(sweep) | {"seed"}),
         )
-        plan = plan_sweep(data, axes, out / "runs", mode=mode, resume=args.resume)
         runs += run_sweep(
             plan, jobs=args.jobs, resume=args.resume, imports=args.imports, device=args.device
         )

@@ -108,7 +108,8 @@ def check_baseline(records: Sequence[Any], baseline: str) -> None:
     if not present:
         choices = varying_keys(records) or sorted({k for r in records for k in r.settings})[:12]
         raise ConfigError(
-            "--baseline", f"{key!r} is no setting of these runs; choose one of: {', '.join(choices)}"
+            "--baseline",
+            f"{key!r} is no setting of these runs; choose one of: {', '.join(choices)}",
         )
     if value not in present:
         raise ConfigError(

@@ -164,9 +164,10 @@ class Evaluator:
 class CurveEvaluator:
     """Cost-only "evaluation": accuracy read off a user-supplied (round, accuracy) curve.
 
-    The curve is linearly interpolated at the number of completed rounds and
-    reported as both generic and personalized accuracy; without a curve,
-    accuracy is NaN (omitted).
+    The curve's x is the rounds table's ``round`` (0-based): the row of round
+    r reads the curve at r, that is after r + 1 completed rounds. It is
+    linearly interpolated and reported as both generic and personalized
+    accuracy; without a curve, accuracy is NaN (omitted).
     """
 
     def __init__(self, curve: Sequence[tuple[float, float]] | None) -> None:
@@ -181,5 +182,6 @@ class CurveEvaluator:
     ) -> Evaluation:
         if self.curve is None:
             return Evaluation(math.nan, math.nan, math.nan, ())
-        acc = float(np.interp(completed_rounds, self.curve[:, 0], self.curve[:, 1]))
+        row = completed_rounds - 1  # the rounds table's ``round`` of this evaluation
+        acc = float(np.interp(row, self.curve[:, 0], self.curve[:, 1]))
         return Evaluation(acc, acc, 0.0, ())

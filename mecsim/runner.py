@@ -59,6 +59,7 @@ from mecsim.rng import derive_seed, numpy_rng
 from mecsim.scenario import Scenario, load_scenario, resolved_toml
 from mecsim.simulation import Simulation
 from mecsim.state import payload_nbytes
+from mecsim.threads import apply_threads
 from mecsim.training import ModelFunction
 
 if TYPE_CHECKING:  # pandas is imported once the run trains (see _import_writers_in_background)
@@ -510,6 +511,7 @@ def _run(
 ) -> RunResult:
     """Build everything and simulate (``run`` after the target is claimed)."""
     torch_device = resolve_device(device)
+    threads = apply_threads(sc.execution.threads)  # before torch's first kernel
     cost_only = sc.execution.cost_only
     if run_dir is not None:  # checkpoints sit beside the run directory until it is written
         path = checkpoint_path(run_dir)
@@ -632,6 +634,8 @@ def _run(
         ),
         "executor": executor_used,
         "executor_setting": executor or sc.execution.executor,
+        "threads": threads,
+        "threads_setting": sc.execution.threads,
         "calibration": None if calibration is None else calibration.as_dict(),
         "evaluation_probe": getattr(world.evaluator, "probe_result", None),
         "device": torch_device.type,

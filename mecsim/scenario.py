@@ -339,6 +339,19 @@ class OutputConfig(Section):
 class ExecutionConfig(Section):
     """How client work runs: backend, Ray cluster, or no training at all (cost-only)."""
 
+    threads: int | Literal["auto"] = Field(
+        default="auto",
+        description="torch CPU threads: a number, or 'auto' (the CPUs this process may use, "
+        "shared among parallel sweep workers, at most the CPUs found idle at the start)",
+    )
+
+    @field_validator("threads")
+    @classmethod
+    def _threads(cls, threads: int | str) -> int | str:
+        if isinstance(threads, int) and not 1 <= threads <= 4096:
+            raise ValueError(f"{threads}: give a count in [1, 4096] or 'auto'")
+        return threads
+
     executor: str = Field(
         default="auto",
         description="auto (serial or batched, whichever a timed probe finds faster) | serial "
@@ -372,7 +385,8 @@ class ExecutionConfig(Section):
     )
     accuracy_curve: list[tuple[float, float]] | None = Field(
         default=None,
-        description="cost-only accuracy: (round, accuracy) points, linearly interpolated",
+        description="cost-only accuracy: (round, accuracy) points, round as in the rounds "
+        "table (0-based), linearly interpolated",
     )
 
     @model_validator(mode="after")

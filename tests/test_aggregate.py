@@ -1,7 +1,7 @@
 import pytest
 import torch
-from mecsim.algorithms.aggregate import weighted_average
 
+from mecsim.algorithms.aggregate import weighted_average
 from mecsim.state import payload_nbytes
 
 

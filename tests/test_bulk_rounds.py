@@ -11,12 +11,12 @@ import simpy
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
-from mecsim.algorithms.base import Task
-from mecsim.channels.sharing import SharedTransmitter, Transmission
 
 import mecsim
 import mecsim.protocols.bulk as bulk
 import mecsim.protocols.synchronous as synchronous
+from mecsim.algorithms.base import Task
+from mecsim.channels.sharing import SharedTransmitter, Transmission
 from mecsim.cost import StepMeter
 from mecsim.devices import DeviceProfile
 from mecsim.executors import JobResult

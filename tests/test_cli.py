@@ -103,7 +103,6 @@ def test_missing_scenario_file_is_a_clear_error(capsys):
 
 def test_a_crash_mid_run_leaves_no_partial_directory(tmp_path, tiny, monkeypatch):
     import mecsim.analysis
-
     import mecsim.runner
 
     def explode(*args, **kwargs):

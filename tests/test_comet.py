@@ -6,10 +6,10 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from mecsim.algorithms.clustering import kmeans, kmeans_flops
-from mecsim.algorithms.comet import nearest_centroid
 
 import mecsim
+from mecsim.algorithms.clustering import kmeans, kmeans_flops
+from mecsim.algorithms.comet import nearest_centroid
 from mecsim.devices import DEVICES
 
 PUBLIC = 40

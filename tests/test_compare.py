@@ -6,9 +6,9 @@ import copy
 
 import pandas as pd
 import pytest
-from mecsim.analysis.compare import compare_runs, distinguish, load_run, render_markdown
 
 import mecsim
+from mecsim.analysis.compare import compare_runs, distinguish, load_run, render_markdown
 from mecsim.comparison import compare
 
 
@@ -239,6 +239,7 @@ def test_the_gantt_shows_the_clients_that_set_the_round_length_first():
 
 def test_a_seed_band_averages_curves_held_between_evaluations():
     import numpy as np
+
     from mecsim.analysis.figures import step_at
 
     grid = np.array([0.5, 1.0, 2.5, 4.0])

@@ -11,9 +11,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
-from mecsim.algorithms import ALGORITHMS
 
 import mecsim
+from mecsim.algorithms import ALGORITHMS
 from mecsim.protocols import PROTOCOLS
 from mecsim.protocols.registry import protocol_settings
 from mecsim.state import payload_nbytes

@@ -7,6 +7,7 @@ import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from mecsim.analysis.costs import idle_seconds, summarize, time_split
 
 

@@ -90,7 +90,6 @@ def test_describing_an_unknown_model_lists_the_known_ones(capsys):
 
 def _every_settings_model():
     from mecsim.algorithms import ALGORITHMS
-
     from mecsim.describe import section_models
     from mecsim.protocols import PROTOCOLS
     from mecsim.protocols.registry import protocol_settings

@@ -7,6 +7,8 @@ import copy
 import numpy as np
 import pytest
 import torch
+
+import mecsim
 from mecsim.algorithms.dsfl import DSFL, entropy_reduction_aggregate
 from mecsim.algorithms.fedmd import FedMD
 from mecsim.algorithms.ktpfl import (
@@ -15,8 +17,6 @@ from mecsim.algorithms.ktpfl import (
     mixtures,
     update_coefficients,
 )
-
-import mecsim
 from mecsim.devices import DEVICES
 from mecsim.models import build_model, forward_flops_per_sample
 from mecsim.simulation import Simulation

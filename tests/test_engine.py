@@ -7,9 +7,9 @@ import math
 import numpy as np
 import pytest
 import torch
+
 from mecsim.algorithms.aggregate import weighted_average
 from mecsim.algorithms.base import Algorithm, Task
-
 from mecsim.devices import DeviceProfile
 from mecsim.evaluation import Evaluation
 from mecsim.executors import JobResult

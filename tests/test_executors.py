@@ -4,10 +4,10 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from mecsim.algorithms.losses import cross_entropy_loss
 from torch import nn
 
 import mecsim
+from mecsim.algorithms.losses import cross_entropy_loss
 from mecsim.executors import train_batched
 from mecsim.state import ModelState
 from mecsim.training import ModelFunction, Schedule, SplitData, train

@@ -7,9 +7,9 @@ import math
 
 import pytest
 import torch
-from mecsim.algorithms.fedamp import attention_weights, flat_gram
 
 import mecsim
+from mecsim.algorithms.fedamp import attention_weights, flat_gram
 
 PARAMS = 13_706
 

@@ -281,7 +281,7 @@ def test_a_sweep_worker_exits_when_its_parent_is_gone():
         [
             sys.executable,
             "-c",
-            "import os, sys\nfrom mecsim.sweep import _exit_with_parent\n"
+            "import os, sys\nfrom mecsim.sweeps import _exit_with_parent\n"
             "_exit_with_parent(os.getppid() + 10**6, poll_s=0.05)\nsys.exit(0)",
         ],
     )

@@ -6,10 +6,10 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from mecsim.algorithms import ALGORITHMS, Algorithm, Task
-from mecsim.algorithms.losses import cross_entropy_loss
 
 import mecsim
+from mecsim.algorithms import ALGORITHMS, Algorithm, Task
+from mecsim.algorithms.losses import cross_entropy_loss
 from mecsim.data import load_dataset
 from mecsim.devices import DEVICES
 from mecsim.models import build_model, forward_flops_per_sample

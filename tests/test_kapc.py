@@ -6,6 +6,8 @@ import copy
 
 import pytest
 import torch
+
+import mecsim
 from mecsim.algorithms.kapc import (
     KAPC,
     KAPCSettings,
@@ -16,8 +18,6 @@ from mecsim.algorithms.kapc import (
     relation_objective,
     update_relations,
 )
-
-import mecsim
 from mecsim.models import build_model
 from mecsim.models.layers import model_layers
 from mecsim.simulation import Simulation

@@ -8,10 +8,10 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from mecsim.algorithms.kapc import KAPC
-from mecsim.algorithms.kapc_bls import criterion, search_depth
 
 import mecsim
+from mecsim.algorithms.kapc import KAPC
+from mecsim.algorithms.kapc_bls import criterion, search_depth
 from mecsim.models import build_model
 from mecsim.models.layers import model_layers
 from mecsim.simulation import Simulation

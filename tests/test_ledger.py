@@ -13,9 +13,9 @@ import pytest
 import simpy
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from mecsim.channels import dbm_to_w
 
 import mecsim
+from mecsim.channels import dbm_to_w
 from mecsim.cli import main
 from mecsim.devices import DEVICES
 from mecsim.errors import ConfigError

@@ -5,9 +5,9 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
-from mecsim.channels import dbm_to_w
 
 import mecsim
+from mecsim.channels import dbm_to_w
 from mecsim.cli import main
 
 FAST = ["algorithm.steps=2", "protocol.rounds=2", "clients.distance_m=200"]

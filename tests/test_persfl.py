@@ -7,9 +7,9 @@ import copy
 import pytest
 import torch
 import torch.nn.functional as F
-from mecsim.algorithms.persfl import persfl_loss
 
 import mecsim
+from mecsim.algorithms.persfl import persfl_loss
 from mecsim.models import build_model, forward_flops_per_sample
 from mecsim.runner import build_world
 from mecsim.scenario import ScenarioError, load_scenario

@@ -5,14 +5,14 @@ from __future__ import annotations
 import copy
 
 import torch
+
+import mecsim
 from mecsim.algorithms.pfedla import (
     PFedLASettings,
     aggregation_weights,
     hypernetwork_step,
     init_hypernetworks,
 )
-
-import mecsim
 
 PARAMS = 13_706
 

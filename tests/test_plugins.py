@@ -66,8 +66,8 @@ def test_the_readme_algorithm_runs_from_the_command_line(plugin_dir, tiny, capsy
 
 def test_the_trimmed_mean_drops_the_extremes_per_coordinate(plugin_dir):
     import torch
-    from mecsim.algorithms.base import Upload
 
+    from mecsim.algorithms.base import Upload
     from mecsim.plugins import import_module
 
     module = import_module("readme_plugin")

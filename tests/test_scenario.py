@@ -153,7 +153,7 @@ def test_table5_preset_fixes_spectral_efficiency():
 @pytest.mark.parametrize("path", sorted(Path("scenarios").glob("*.toml")), ids=lambda p: p.stem)
 def test_every_shipped_scenario_and_comparison_point_validates(path):
     from mecsim.scenario import read_scenario_file
-    from mecsim.sweep import apply_point, axis, expand
+    from mecsim.sweeps import apply_point, axis, expand
 
     scenario = mecsim.load_scenario(path)
     axes = [axis(k, v) for k, v in scenario.compare.sweep.items()]

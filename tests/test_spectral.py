@@ -1,6 +1,7 @@
 import math
 
 import torch
+
 from mecsim.algorithms.spectral import divergence, flatten_weights, spectrum
 
 

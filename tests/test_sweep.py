@@ -11,7 +11,7 @@ import tomli_w
 import mecsim
 from mecsim.cli import main
 from mecsim.errors import ConfigError
-from mecsim.sweep import apply_point, axis, expand, parse_sweep, point_names, split_top_level
+from mecsim.sweeps import apply_point, axis, expand, parse_sweep, point_names, split_top_level
 
 
 def test_commas_inside_inline_tables_arrays_and_quotes_do_not_split():

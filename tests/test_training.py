@@ -1,8 +1,8 @@
 import pytest
 import torch
-from mecsim.algorithms.losses import cross_entropy_loss
 from torch import nn
 
+from mecsim.algorithms.losses import cross_entropy_loss
 from mecsim.state import ModelState
 from mecsim.training import ModelFunction, Schedule, SplitData, batch_order, sgd_update_, train
 

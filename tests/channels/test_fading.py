@@ -1,5 +1,6 @@
 import numpy as np
 import pytest
+
 from mecsim.channels import (
     FADING,
     LogNormalShadowing,
@@ -8,7 +9,6 @@ from mecsim.channels import (
     RicianFading,
     make_fading,
 )
-
 from mecsim.errors import UnknownNameError
 
 

@@ -1,6 +1,7 @@
 import math
 
 import pytest
+
 from mecsim.channels import ChannelModel, LogDistancePathLoss, NoFading
 
 

@@ -1,5 +1,6 @@
 import numpy as np
 import pytest
+
 from mecsim.channels import noise_power_w, shannon_rate, snr
 
 

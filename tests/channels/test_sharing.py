@@ -4,6 +4,8 @@ import math
 
 import numpy as np
 import pytest
+from scipy.special import exp1
+
 from mecsim.channels.fading import NoFading, RayleighFading
 from mecsim.channels.link import LinkBudget
 from mecsim.channels.sharing import (
@@ -13,7 +15,6 @@ from mecsim.channels.sharing import (
     SharedTransmitter,
     Transmission,
 )
-from scipy.special import exp1
 
 B, P, N0 = 1e6, 1.0, 1e-12  # Hz, W, W/Hz
 

@@ -1,5 +1,6 @@
 import numpy as np
 import pytest
+
 from mecsim.channels import db_to_linear, dbm_to_w, linear_to_db, mhz_to_hz, w_to_dbm
 
 

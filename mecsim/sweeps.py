@@ -319,13 +319,18 @@ def _exit_with_parent(parent: int, poll_s: float = 0.5) -> None:
     os._exit(1)
 
 
-def _worker_start(imports: Sequence[str], threads: int, parent: int | None = None) -> None:
+def _worker_start(
+    imports: Sequence[str], threads: int, parent: int | None = None, workers: int = 1
+) -> None:
     import torch
 
     from mecsim.plugins import load_plugins
 
     if parent is not None:
         threading.Thread(target=_exit_with_parent, args=(parent,), daemon=True).start()
+    import mecsim.threads
+
+    mecsim.threads.workers = workers
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     torch.set_num_threads(threads)
     load_plugins(imports)
@@ -377,7 +382,7 @@ def run_sweep(
         max_workers=jobs,
         mp_context=get_context("spawn"),
         initializer=_worker_start,
-        initargs=(list(imports), threads, os.getpid()),
+        initargs=(list(imports), threads, os.getpid(), jobs),
     ) as pool:
         futures = {
             pool.submit(_run_point, plan.data[i], str(plan.dirs[i]), dict(options)): i for i in todo
