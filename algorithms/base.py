@@ -159,6 +159,9 @@ class Algorithm:
     """True: one downlink payload for all selected clients; False: one per client."""
     protocols: ClassVar[frozenset[str] | None] = None
     """Protocols this algorithm runs under; None means every protocol."""
+    payload_from_training: ClassVar[str] = ""
+    """Non-empty (saying what) when what a client sends depends on trained values (BLS's
+    layer selection), so cost-only runs, which train nothing, are refused."""
     heterogeneous: ClassVar[bool] = False
     """Whether clients may have different architectures."""
     public_data: ClassVar[Literal["none", "unlabeled", "labeled"]] = "none"

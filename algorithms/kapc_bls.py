@@ -105,6 +105,8 @@ def search_depth(start: int, bounds: Tensor, gaps: Tensor, widths: list[int], cl
 class KAPCBLS(KAPC):
     """KAPC that leaves out self-coached layers going down and deep layers going up."""
 
+    payload_from_training = "the layers of each upload and download, criteria (29) and mu"
+
     Settings = KAPCBLSSettings
 
     def downlink_keys(self, server_state: ServerState, client: int) -> list[str]:

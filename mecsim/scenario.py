@@ -673,6 +673,15 @@ def _check_algorithm(scenario: Scenario) -> list[Problem]:
                 "set data.val_fraction > 0 (e.g. 0.2)",
             )
         )
+    if algorithm.payload_from_training and scenario.execution.cost_only:
+        problems.append(
+            Problem(
+                "execution.cost_only",
+                f"algorithm {name!r} chooses what it sends from trained values "
+                f"({algorithm.payload_from_training}); cost-only runs train nothing, so its "
+                "bytes would be silently wrong: run it with training",
+            )
+        )
     if algorithm.public_data != "none" and scenario.data.public_size == 0:
         problems.append(
             Problem("data.public_size", f"algorithm {name!r} needs public data; set a size > 0")

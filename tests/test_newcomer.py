@@ -183,3 +183,12 @@ def test_the_accuracy_curve_is_read_at_the_rounds_tables_round(tiny):
     expected = np.interp(rounds["round"], [0, 4], [0.1, 0.9])
     np.testing.assert_allclose(rounds["generic_acc"], expected)
     assert rounds["generic_acc"].iloc[0] == pytest.approx(0.1)
+
+
+def test_cost_only_refuses_an_algorithm_whose_bytes_come_from_training():
+    with pytest.raises(MecsimError, match="execution.cost_only: algorithm 'kapc_bls' chooses"):
+        mecsim.run(
+            ROOT / "scenarios" / "kapc_mnist5k.toml",
+            ["algorithm.name=kapc_bls", "execution.cost_only=true", "protocol.rounds=1"],
+            write=False,
+        )
