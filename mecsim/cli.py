@@ -502,7 +502,7 @@ def _compare(args: argparse.Namespace) -> int:
         figures=figures,
     )
     columns = ["run"] + [c for c in table.columns if c.startswith(("pm_time", "pm_speedup"))]
-    if table[columns[1:]].isna().all().all():  # no accuracy (cost-only): what was measured
+    if table[["final_pm_acc", "final_gm_acc"]].isna().all().all():  # cost-only, no curve
         columns = ["run", "sim_time_s", "bytes_up", "bytes_down", "energy_j"]
     sys.stdout.write(
         table[columns].to_string(index=False, float_format=lambda v: f"{v:.2f}") + "\n"
