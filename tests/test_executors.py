@@ -147,8 +147,15 @@ def _probe(name, shape, requested="auto", budget=None, batch=10):
 
 
 def test_auto_times_a_probe_and_picks_batched_for_a_small_cnn_and_serial_for_resnet18_on_cpu():
-    small = _probe("cnn-small", (1, 8, 8))
-    large = _probe("resnet18", (3, 32, 32))
+    from mecsim.threads import usable_cpus
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(usable_cpus())  # torch's default: runs before may have set another
+    try:
+        small = _probe("cnn-small", (1, 8, 8))
+        large = _probe("resnet18", (3, 32, 32))
+    finally:
+        torch.set_num_threads(before)
 
     assert small.executor == "batched" and small.batched_s < small.serial_s
     assert large.executor == "serial" and large.serial_s < large.batched_s
