@@ -115,12 +115,18 @@ class PersFL(FedAvg):
         self.stage1 = (self.check, Task("local", model="local", uploads=True))
         self.grid = grid(s)
         stage2: list[Task] = [self.check]
+        self.distills: dict[Task, tuple[float, float]] = {}
+        """Each candidate's training task (A_k from O_k) and its (T, lambda)."""
+        self.checks: set[Task] = set()
+        """Each candidate's validation task: scores the candidate it trained."""
         for j, (t, lam) in enumerate(self.grid):
             name = f"T{t:g}:lam{lam:g}"
-            stage2.append(Task(f"distill:{name}", model=f"candidate{j}"))
-            stage2.append(Task(f"check:{name}", model=f"candidate{j}", mode="infer", split="val"))
+            distill = Task(f"distill:{name}", model=f"candidate{j}")
+            check = Task(f"check:{name}", model=f"candidate{j}", mode="infer", split="val")
+            self.distills[distill] = (t, lam)
+            self.checks.add(check)
+            stage2 += [distill, check]
         self.stage2 = tuple(stage2)
-        self.candidates = {task.name: j for j, task in enumerate(self.stage2[1::2])}
         super().__init__(settings, models, label_counts, seed)
 
     @classmethod
@@ -138,27 +144,28 @@ class PersFL(FedAvg):
     def begin_task(
         self, task: Task, state: ClientState, payload: Payload | None, ctx: RoundContext
     ) -> ModelState:
-        if task.model.startswith("candidate"):  # A_k starts from the optimal teacher
+        if task in self.distills:  # A_k starts from the optimal teacher
             return state["teacher"].clone()
+        if task in self.checks:  # its candidate's trained A_k (its distillation stored it)
+            return state[task.model]
         return super().begin_task(task, state, payload, ctx)
 
     def schedule(self, task: Task) -> Schedule:
         schedule = super().schedule(task)
-        if task.model.startswith("candidate"):  # E distillation epochs
+        if task in self.distills:  # E distillation epochs
             return dataclasses.replace(schedule, epochs=self.settings.distill_epochs, steps=None)
         return schedule
 
     def task_constants(
         self, task: Task, state: ClientState, payload: Payload | None, ctx: RoundContext
     ) -> TensorDict:
-        if task.mode == "train" and task.model.startswith("candidate"):
+        if task in self.distills:
             return prefixed(TEACHER, state["teacher"])
         return {}
 
     def loss(self, task: Task) -> Loss:
-        if task.name in self.candidates:
-            t, lam = self.grid[self.candidates[task.name]]
-            return persfl_loss(t, lam)
+        if task in self.distills:
+            return persfl_loss(*self.distills[task])
         return super().loss(task)
 
     def end_task(
@@ -169,7 +176,7 @@ class PersFL(FedAvg):
             # no validation samples: every loss is infinite, keep the latest model
             if loss < best or state["teacher"] is None or (math.isinf(loss) and math.isinf(best)):
                 state.update(teacher=result.state, teacher_loss=loss, teacher_round=ctx.round)
-        elif task.mode == "infer":  # a candidate's validation accuracy
+        elif task in self.checks:  # the trained candidate's validation accuracy
             accuracy = validation_accuracy(result.outputs)
             if accuracy > state.get("personal_acc", -1.0):
                 state.update(personal=result.state, personal_acc=accuracy)

@@ -145,3 +145,46 @@ def test_the_loss_is_hard_loss_at_lambda_0_and_soft_loss_at_1():
 def test_scenario_checks(tiny, override, field):
     with pytest.raises(ScenarioError, match=field):
         load_scenario(tiny, [*PERSFL, override])
+
+
+def test_each_check_scores_its_own_trained_candidate_and_the_best_becomes_personal(tiny):
+    """The checks used to score a clone of the teacher: every candidate tied, the teacher
+    became the personal model and the distillation was thrown away."""
+    from mecsim.algorithms.persfl import PersFL, validation_accuracy
+
+    trained: dict[tuple[int, str], ModelState] = {}
+    scored: dict[tuple[int, str], tuple[ModelState, float]] = {}
+    original = PersFL.end_task
+
+    def end_task(self, task, state, result, ctx):
+        if task.name.startswith("distill:"):
+            trained[ctx.client, task.name.removeprefix("distill:")] = result.state
+        elif task.name.startswith("check:"):
+            accuracy = validation_accuracy(result.outputs)
+            scored[ctx.client, task.name.removeprefix("check:")] = (result.state, accuracy)
+        original(self, task, state, result, ctx)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(PersFL, "end_task", end_task)
+        result = mecsim.run(copy.deepcopy(tiny), PERSFL, write=False)
+
+    differs = 0
+    for c, state in enumerate(result.client_states):
+        teacher = state["teacher"]
+        names = [name for client, name in scored if client == c]
+        for name in names:  # the check read the candidate its distillation trained
+            checked, _ = scored[c, name]
+            for k in checked.params:
+                torch.testing.assert_close(checked.params[k], trained[c, name].params[k])
+            assert any(
+                not torch.equal(checked.params[k], teacher.params[k]) for k in checked.params
+            ), "a candidate equals the teacher: it was not trained"
+        best = max(names, key=lambda n: (scored[c, n][1], -names.index(n)))
+        personal = state["personal"]
+        for k in personal.params:
+            torch.testing.assert_close(personal.params[k], trained[c, best].params[k])
+        assert state["personal_acc"] == pytest.approx(scored[c, best][1])
+        differs += any(
+            not torch.equal(personal.params[k], teacher.params[k]) for k in personal.params
+        )
+    assert differs == len(result.client_states)  # the personal models are distilled ones
