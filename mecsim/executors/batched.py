@@ -39,6 +39,7 @@ from mecsim.training import (
     Schedule,
     SplitData,
     TrainResult,
+    correct_,
     gather,
     sgd_update_,
     step_batches,
@@ -123,6 +124,7 @@ def train_batched(
         )
         with torch.no_grad():  # the stacks are this function's own: updated in place
             momentum = sgd_update_(learn, grads, momentum, schedule)
+            correct_(learn, constants, schedule)
         buffers = {n: v.detach() for n, v in new_buffers.items()}
     for position in reversed(range(active)):
         finished.append(_state_at(position, learn, frozen, buffers, params))
