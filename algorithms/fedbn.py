@@ -12,6 +12,10 @@ from __future__ import annotations
 from mecsim.algorithms.base import ClientState
 from mecsim.algorithms.fedavg import FedAvg
 from mecsim.algorithms.registry import ALGORITHMS
+from mecsim.errors import ConfigError
+
+NORMALIZED_MODELS = ("cnn-small-bn", "resnet18", "resnet34", "vgg11", "vgg13")
+"""The catalog's architectures with BatchNorm layers (a test keeps the list true)."""
 
 
 @ALGORITHMS.register(
@@ -19,6 +23,16 @@ from mecsim.algorithms.registry import ALGORITHMS
 )
 class FedBN(FedAvg):
     """FedAvg that keeps normalization layers local."""
+
+    def __init__(self, settings, models, label_counts=None, seed=0) -> None:
+        bare = [name for name, arch in models.architectures.items() if not arch.norm_keys]
+        if bare:  # FedBN on such a model would be FedAvg reported as FedBN
+            raise ConfigError(
+                "model.name",
+                f"fedbn keeps normalization layers local, and {bare[0]!r} has none; choose "
+                f"a model with BatchNorm: {', '.join(NORMALIZED_MODELS)}",
+            )
+        super().__init__(settings, models, label_counts, seed)
 
     def shared_keys(self) -> tuple[str, ...]:
         arch = self.arch(None)

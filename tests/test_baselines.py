@@ -119,3 +119,24 @@ def test_scaffold_control_variates_stay_bounded_with_client_momentum():
         )
     assert len(largest) == 10 and max(largest) < 1.0
     assert result.rounds["generic_acc"].iloc[-1] > 0.2  # learning (chance: 0.1)
+
+
+def test_fedbn_refuses_a_model_without_normalization_layers(tiny):
+    """On cnn-small FedBN was FedAvg plus one local round, reported as FedBN."""
+    from mecsim.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="model.name: fedbn .* 'cnn-small' has none"):
+        mecsim.run(tiny, ["algorithm.name=fedbn", "execution.cost_only=true"], write=False)
+
+
+def test_fedbns_list_of_models_with_normalization_layers_is_the_catalogs():
+    from mecsim.algorithms.fedbn import NORMALIZED_MODELS
+    from mecsim.models import MODELS
+
+    normalized = []
+    for name in MODELS.names():
+        shape = (1, 8, 8) if name.startswith(("cnn-small", "mlp")) else (3, 32, 32)
+        model = build_model(name, input_shape=shape, num_classes=10, seed=0)
+        if any(isinstance(m, torch.nn.modules.batchnorm._NormBase) for m in model.modules()):
+            normalized.append(name)
+    assert tuple(normalized) == NORMALIZED_MODELS
