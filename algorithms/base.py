@@ -74,6 +74,13 @@ class AlgorithmSettings(Section):
     lr: float = Field(default=0.05, gt=0, le=MAX_LR, description="SGD learning rate")
     momentum: float = Field(default=0.0, ge=0, lt=1, description="local SGD momentum")
     weight_decay: float = Field(default=0.0, ge=0, description="local SGD weight decay (L2)")
+    max_grad_norm: float = Field(
+        default=0.0,
+        ge=0,
+        le=1e6,
+        description="clip each local step's gradient to this global L2 norm (counted in "
+        "FLOPs); 0: no clipping",
+    )
 
 
 @dataclass(frozen=True)
@@ -278,7 +285,15 @@ class Algorithm:
     def schedule(self, task: Task) -> Schedule:
         """Training schedule of ``task``. Default: the algorithm settings' SGD schedule."""
         s = self.settings
-        return Schedule(s.epochs, s.steps, s.batch_size, s.lr, s.momentum, s.weight_decay)
+        return Schedule(
+            s.epochs,
+            s.steps,
+            s.batch_size,
+            s.lr,
+            s.momentum,
+            s.weight_decay,
+            max_grad_norm=s.max_grad_norm or None,
+        )
 
     def begin_task(
         self, task: Task, state: ClientState, payload: Payload | None, ctx: RoundContext

@@ -37,6 +37,13 @@ GLOBAL = "global."
 
 class FedDynSettings(AlgorithmSettings):
     alpha: float = Field(default=0.01, gt=0, description="alpha: dynamic regularization weight")
+    max_grad_norm: float = Field(
+        default=10.0,
+        ge=0,
+        le=1e6,
+        description="clip each local step's gradient to this L2 norm; 10 as the authors' "
+        "code (the paper's Algorithm 1 has no clipping: 0)",
+    )
 
 
 @ALGORITHMS.register("feddyn", "FedDyn: dynamic regularizer with server state h (Acar et al. 2021)")

@@ -57,6 +57,9 @@ class Schedule:
         batch_size: samples per step of the task's split.
         lr, momentum, weight_decay: SGD settings (torch.optim.SGD semantics, dampening 0).
         trainable: names of the parameters this task updates; None means all.
+        max_grad_norm: clip each step's gradient to this global L2 norm over the
+            trained parameters (``torch.nn.utils.clip_grad_norm_``: scaled by
+            ``max / (norm + 1e-6)`` when that is below 1); None: no clipping.
     """
 
     epochs: int = 1
@@ -66,6 +69,7 @@ class Schedule:
     momentum: float = 0.0
     weight_decay: float = 0.0
     trainable: frozenset[str] | None = None
+    max_grad_norm: float | None = None
 
     def num_steps(self, num_samples: int) -> int:
         """SGD steps this schedule takes on ``num_samples`` samples."""
@@ -208,6 +212,22 @@ instead, a constant correction goes through the momentum buffer and moves the mo
 beta = 0.9), which makes SCAFFOLD's control variates diverge."""
 
 
+def clip_gradients(grads: TensorDict, max_norm: float, stacked: bool = False) -> TensorDict:
+    """``grads`` scaled to a global L2 norm of at most ``max_norm`` (new tensors: a gradient
+    may alias a loss constant). ``stacked``: the first dimension indexes clients, each
+    clipped by its own norm, as if trained alone."""
+    values = list(grads.values())
+    if stacked:
+        squares = [g.reshape(g.shape[0], -1).square().sum(dim=1) for g in values]
+        norm = torch.stack(squares).sum(dim=0).sqrt()
+    else:
+        norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(values)))
+    coef = (max_norm / (norm + 1e-6)).clamp(max=1.0)
+    if stacked:
+        return {k: g * coef.view(-1, *([1] * (g.dim() - 1))) for k, g in grads.items()}
+    return dict(zip(grads, torch._foreach_mul(values, coef), strict=True))
+
+
 def correct_(params: TensorDict, consts: TensorDict, schedule: Schedule) -> None:
     """Apply the step corrections in ``consts`` (see :data:`STEP_CORRECTION`) in place to
     the parameters that have one (stacked or not: the shapes are the parameters')."""
@@ -289,6 +309,8 @@ def train(
             zip(names, torch.autograd.grad(value, [leaves[k] for k in names]), strict=True)
         )
         with torch.no_grad():
+            if schedule.max_grad_norm is not None:
+                grads = clip_gradients(grads, schedule.max_grad_norm)
             momentum = sgd_update_(params, grads, momentum, schedule)
             correct_({k: params[k] for k in names}, consts, schedule)
     size = min(primary.batch_size, len(primary.indices))

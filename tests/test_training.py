@@ -237,3 +237,26 @@ def test_a_step_correction_moves_the_weights_outside_the_momentum_buffer():
     result = train(ModelFunction(model), state, splits, schedule, zero_loss, consts)
     for k, start in state.params.items():
         torch.testing.assert_close(result.state.params[k], start - 8 * 0.1 * correction[k])
+
+
+def test_gradient_clipping_is_torchs_clip_grad_norm_alone_and_per_client_when_stacked():
+    from mecsim.training import clip_gradients
+
+    torch.manual_seed(0)
+    grads = {"w": torch.randn(4, 3) * 10, "b": torch.randn(3) * 10}
+    reference = [g.clone().requires_grad_(True) for g in grads.values()]
+    for r, g in zip(reference, grads.values(), strict=True):
+        r.grad = g.clone()
+    torch.nn.utils.clip_grad_norm_(reference, 1.5)
+    clipped = clip_gradients(grads, 1.5)
+    for r, k in zip(reference, grads, strict=True):
+        torch.testing.assert_close(clipped[k], r.grad)
+    assert not torch.equal(clipped["w"], grads["w"])  # new tensors; the input is untouched
+    small = {k: v / 1000 for k, v in grads.items()}  # under the norm: unchanged
+    for k, v in clip_gradients(small, 1.5).items():
+        torch.testing.assert_close(v, small[k])
+    stacked = {k: torch.stack([v, v / 1000]) for k, v in grads.items()}  # two clients
+    per_client = clip_gradients(stacked, 1.5, stacked=True)
+    for k in grads:
+        torch.testing.assert_close(per_client[k][0], clipped[k])
+        torch.testing.assert_close(per_client[k][1], small[k])

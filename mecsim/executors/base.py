@@ -124,9 +124,19 @@ class TrainingContext:
         return anchored_loss
 
     def extra_flops(self, task: Task, start: ModelState, consts: TensorDict, steps: int) -> int:
-        """Loss FLOPs no module meters: the algorithm's, plus 5 per anchored weight and step."""
+        """Loss FLOPs no module meters: the algorithm's, 5 per anchored weight and step,
+        and 3 per trained weight and step of gradient clipping."""
         anchored = sum(v.numel() for k, v in consts.items() if k.startswith(ANCHOR))
-        return self.algorithm.extra_flops(task, start, steps) + 5 * anchored * steps
+        flops = self.algorithm.extra_flops(task, start, steps) + 5 * anchored * steps
+        schedule = self.algorithm.schedule(task)
+        if schedule.max_grad_norm is not None and task.mode == "train":
+            trained = sum(
+                v.numel()
+                for k, v in start.params.items()
+                if schedule.trainable is None or k in schedule.trainable
+            )
+            flops += 3 * trained * steps  # square, sum and scale each gradient entry
+        return flops
 
 
 ANCHOR = "protocol-anchor/"

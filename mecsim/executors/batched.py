@@ -39,6 +39,7 @@ from mecsim.training import (
     Schedule,
     SplitData,
     TrainResult,
+    clip_gradients,
     correct_,
     gather,
     sgd_update_,
@@ -123,6 +124,8 @@ def train_batched(
             zip(names, torch.autograd.grad(values.sum(), list(leaves.values())), strict=True)
         )
         with torch.no_grad():  # the stacks are this function's own: updated in place
+            if schedule.max_grad_norm is not None:
+                grads = clip_gradients(grads, schedule.max_grad_norm, stacked=True)
             momentum = sgd_update_(learn, grads, momentum, schedule)
             correct_(learn, constants, schedule)
         buffers = {n: v.detach() for n, v in new_buffers.items()}
