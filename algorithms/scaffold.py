@@ -74,10 +74,6 @@ class Scaffold(FedAvg):
             STEP_CORRECTION + k: payload[C + k] - state["control"][k] for k in self.initial.params
         }
 
-    def extra_flops(self, task: Task, start: ModelState, steps: int) -> int:
-        # per parameter and step: the correction's scale by eta_l and its subtraction
-        return 2 * start.num_params() * steps
-
     def end_task(
         self, task: Task, state: ClientState, result: TrainResult, ctx: RoundContext
     ) -> None:

@@ -18,6 +18,7 @@ Each returns pandas DataFrames, so an experiment is a few lines::
 
 from __future__ import annotations
 
+import logging
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
 
     from mecsim.runner import RunResult
 
+log = logging.getLogger(__name__)
 DEFAULT_TARGETS = (0.4, 0.8)
 
 
@@ -62,16 +64,18 @@ def compare(
     *,
     out: str | Path | None = None,
     baseline: str | None = None,
+    overwrite: bool = False,
 ) -> pd.DataFrame:
     """Compare finished runs (``mecsim compare``): one row per run with time to each
     target, speedups over each run's ``baseline`` (``KEY=VALUE``), bytes and energy. The
-    comparison files are written to ``out`` when given."""
+    comparison files are written to ``out`` when given (replacing ones mecsim wrote there
+    with ``overwrite``)."""
     from mecsim.analysis.compare import DEFAULT_BASELINE
     from mecsim.comparison import compare as compare_dirs
 
     baseline = baseline or DEFAULT_BASELINE
     if out is not None:
-        return compare_dirs(list(run_dirs), list(targets), out, baseline=baseline)
+        return compare_dirs(list(run_dirs), list(targets), out, overwrite, baseline)
     with tempfile.TemporaryDirectory() as tmp:
         return compare_dirs(list(run_dirs), list(targets), Path(tmp) / "c", baseline=baseline)
 
@@ -97,9 +101,7 @@ def sweep_plan(
         data = apply_overrides(data, {"compare.seeds": list(seeds)})
     base = load_scenario(data)
     if sweep and base.compare.runs:  # the rule: the caller's sweep replaces them
-        import logging
-
-        logging.getLogger("mecsim").info(
+        log.info(
             "the sweep replaces the scenario's [compare] sweep and its %d [[compare.runs]]; "
             "name them in the sweep to keep them",
             len(base.compare.runs),
@@ -134,13 +136,5 @@ def sweep(
         scenario, sweep, out, overrides=overrides, seeds=seeds, resume=resume
     )
     dirs = run_sweep(plan, jobs=jobs, resume=resume, device=device)
-    from mecsim.analysis.compare import DEFAULT_BASELINE
-    from mecsim.comparison import compare as compare_dirs
-
-    return compare_dirs(
-        dirs,
-        list(targets or base.compare.targets),
-        Path(out) / "comparison",
-        overwrite=resume,
-        baseline=baseline or DEFAULT_BASELINE,
-    )
+    targets = targets or base.compare.targets
+    return compare(dirs, targets, out=Path(out) / "comparison", baseline=baseline, overwrite=resume)

@@ -265,9 +265,7 @@ class Checkpointer:
     def save(self, sim: Simulation, rounds_done: int) -> None:
         executor = sim.executor
         assert isinstance(executor, ReplayingExecutor)
-        state = {
-            "format": FORMAT,
-            "digest": self.digest,
+        state = {  # format and scenario digest go in the header, checked before loading
             "rounds_done": rounds_done,
             "sim_time": sim.env.now,
             "events": len(sim.recorder),

@@ -371,9 +371,9 @@ def _main(args: argparse.Namespace) -> int:
         if args.command == "report":
             return _report(args)
         if args.command == "check-run":
-            from mecsim.invariants import check_run, render
+            from mecsim.invariants import check_run_dir, render
 
-            checks = check_run(args.run_dir)
+            checks = check_run_dir(args.run_dir)
             sys.stdout.write(render(checks))
             return 0 if all(c.ok for c in checks) else 1
         from mecsim.runner import run

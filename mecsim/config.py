@@ -15,20 +15,20 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
 
 
-def _types_in(annotation: Any) -> set[Any]:
-    """Every type an annotation names, through unions, Annotated and containers."""
+def types_in(annotation: Any) -> list[Any]:
+    """Every type an annotation names, in order, through unions and ``Annotated``."""
     origin = typing.get_origin(annotation)
     if origin is typing.Annotated:
-        return _types_in(typing.get_args(annotation)[0])
+        return types_in(typing.get_args(annotation)[0])
     if origin in (typing.Union, types.UnionType):
-        return set().union(*(_types_in(a) for a in typing.get_args(annotation)))
-    return {annotation}
+        return [t for a in typing.get_args(annotation) for t in types_in(a)]
+    return [annotation]
 
 
 @functools.cache
 def _number_not_bool(model: type[BaseModel], name: str) -> bool:
     """Whether field ``name`` of ``model`` takes a number but never true/false."""
-    named = _types_in(model.model_fields[name].annotation)
+    named = set(types_in(model.model_fields[name].annotation))
     return bool(named & {int, float}) and bool not in named and Any not in named
 
 

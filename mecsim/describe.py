@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
+from mecsim.config import types_in
 from mecsim.errors import ConfigError
 
 NOT_SECTIONS = ("name", "seed", "algorithm", "protocol", "versions")
@@ -73,7 +74,7 @@ def _default(field: FieldInfo) -> str:
 
 def _section_model(annotation: Any) -> type[BaseModel] | None:
     """The settings table a field holds (None for a value or a distribution)."""
-    for candidate in _flatten(annotation):
+    for candidate in types_in(annotation):
         if (
             isinstance(candidate, type)
             and issubclass(candidate, BaseModel)
@@ -81,15 +82,6 @@ def _section_model(annotation: Any) -> type[BaseModel] | None:
         ):
             return candidate
     return None
-
-
-def _flatten(annotation: Any) -> list[Any]:
-    origin = typing.get_origin(annotation)
-    if origin is typing.Annotated:
-        return _flatten(typing.get_args(annotation)[0])
-    if origin in (typing.Union, types.UnionType):
-        return [t for a in typing.get_args(annotation) for t in _flatten(a)]
-    return [annotation]
 
 
 def section_models() -> dict[str, type[BaseModel]]:

@@ -28,7 +28,6 @@ Each check returns the rows it found wrong; none is a statistical test.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -37,7 +36,6 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-import tomllib
 
 from mecsim.errors import MecsimError
 
@@ -124,6 +122,8 @@ def _row_energy(events: pd.DataFrame, clients: pd.DataFrame, facts: RunFacts) ->
     server_work = (~of_client & (direction == "none")).to_numpy()
     if facts.server_power_w is not None:
         power[server_work] = facts.server_power_w
+    else:
+        check.skipped = "server computations: the server device is not registered here"
     waiting = (phase == "wait:spectrum").to_numpy()
     power[waiting] = 0.0
     known = ~np.isnan(power)
@@ -300,55 +300,43 @@ def check_tables(
     return checks
 
 
-def run_facts(scenario: dict[str, Any]) -> RunFacts:
-    """The facts of a resolved scenario (``scenario.resolved.toml``'s content)."""
+def run_facts(settings: dict[str, Any]) -> RunFacts:
+    """The facts of a run's settings (flattened dotted keys, as ``load_run`` gives them)."""
     from mecsim.devices import DEVICES
 
-    dbm = scenario["network"]["downlink"]["tx_power_dbm"]
-    device = scenario.get("server", {}).get("device")
+    dbm = settings["network.downlink.tx_power_dbm"]
+    device = settings.get("server.device")
     known = isinstance(device, str) and device in DEVICES
     return RunFacts(
         server_tx_power_w=10 ** (dbm / 10) / 1e3,
         server_power_w=DEVICES.get(device).power_w if known else None,
-        protocol=scenario["protocol"]["kind"],
+        protocol=settings["protocol.kind"],
     )
 
 
 def check_result(result: Any) -> list[Check]:
     """Check a :class:`~mecsim.runner.RunResult` (``mecsim.run``'s answer) in memory."""
-    facts = run_facts(result.scenario.model_dump(mode="json"))
+    from mecsim.analysis.compare import flatten
+
+    facts = run_facts(flatten(result.scenario.model_dump(mode="json")))
     return check_tables(result.events, result.rounds, result.clients, facts, result.summary)
 
 
-def check_run(run_dir: str | Path) -> list[Check]:
-    """Check a run directory written by ``mecsim run`` (see :func:`check_tables`)."""
-    run_dir = Path(run_dir)
-    needed = [
-        "events.parquet",
-        "rounds.parquet",
-        "clients.parquet",
-        "summary.json",
-        "scenario.resolved.toml",
-    ]
-    missing = [n for n in needed if not (run_dir / n).is_file()]
-    if missing:
-        raise MecsimError(
-            f"{run_dir} is not a mecsim run directory (missing {', '.join(missing)}); "
-            "pass a directory that `mecsim run` wrote"
-        )
+def check_run_dir(run_dir: str | Path) -> list[Check]:
+    """Check a run directory written by ``mecsim run`` (see :func:`check_tables`); read
+    as ``compare`` and ``report`` read one (one clear error if it is not a run)."""
+    from mecsim.analysis.compare import load_run
+
+    run = load_run(run_dir)
+    clients = Path(run_dir) / "clients.parquet"
     try:
-        scenario = tomllib.loads((run_dir / "scenario.resolved.toml").read_text())
-        summary = json.loads((run_dir / "summary.json").read_text())
-        tables = [pd.read_parquet(run_dir / n) for n in needed[:3]]
-        facts = run_facts(scenario)
-    except (OSError, ValueError, KeyError, TypeError) as error:
-        raise MecsimError(f"{run_dir}: cannot read the run ({error}); is it complete?") from None
-    checks = check_tables(*tables, facts, summary)
-    if facts.server_power_w is None:
-        for check in checks:
-            if check.name == "row energy":
-                check.skipped = "server computations: the server device is not registered here"
-    return checks
+        facts = run_facts(run.settings)
+        table = pd.read_parquet(clients)
+    except (OSError, ValueError, KeyError) as error:
+        raise MecsimError(
+            f"{clients.parent}: cannot read the run ({error}); is it complete?"
+        ) from None
+    return check_tables(run.events, run.rounds, table, facts, run.summary)
 
 
 def render(checks: list[Check]) -> str:

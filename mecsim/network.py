@@ -623,7 +623,7 @@ class Network:
         granted = self.env.now
         if on_grant is not None:
             on_grant(granted)
-        reception = self._upload_until(client, nbytes, key, granted, math.inf)
+        reception = self.upload_progress(client, nbytes, key, granted, math.inf)
         assert reception.end is not None
         yield self.env.timeout(reception.end - granted)
         if self._cell is not None:
@@ -635,11 +635,6 @@ class Network:
     ) -> Reception:
         """The upload :meth:`upload` started at ``granted``, as it stands at ``until`` (the
         same seeded fading and interference, so the same bits): open if unfinished."""
-        return self._upload_until(client, nbytes, key, granted, until)
-
-    def _upload_until(
-        self, client: int, nbytes: int, key: tuple, granted: float, until: float
-    ) -> Reception:
         profile = self.clients[client]
         reception = self._reception("up", client, nbytes, key)
         transmitter = SharedTransmitter(profile.bandwidth_hz, profile.tx_power_w)

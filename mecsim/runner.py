@@ -511,8 +511,11 @@ def _run(
 ) -> RunResult:
     """Build everything and simulate (``run`` after the target is claimed)."""
     torch_device = resolve_device(device)
-    threads = apply_threads(sc.execution.threads)  # before torch's first kernel
     cost_only = sc.execution.cost_only
+    if cost_only and sc.execution.threads == "auto":  # nothing trains: no CPUs to sample
+        threads = torch.get_num_threads()
+    else:
+        threads = apply_threads(sc.execution.threads)  # before torch's first kernel
     if run_dir is not None:  # checkpoints sit beside the run directory until it is written
         path = checkpoint_path(run_dir)
         digest = scenario_digest(sc.model_dump(mode="json"))

@@ -296,6 +296,7 @@ def train(
     # frozen ones stay the start state's tensors
     own = set(names)
     params = {k: v.detach().clone() if k in own else v.detach() for k, v in state.params.items()}
+    trained = {k: params[k] for k in names}  # the same tensors, updated in place
     buffers = {k: v.clone() for k, v in state.buffers.items()}
     momentum: TensorDict = {}
     orders = step_batches(splits, steps)
@@ -312,7 +313,7 @@ def train(
             if schedule.max_grad_norm is not None:
                 grads = clip_gradients(grads, schedule.max_grad_norm)
             momentum = sgd_update_(params, grads, momentum, schedule)
-            correct_({k: params[k] for k in names}, consts, schedule)
+            correct_(trained, consts, schedule)
     size = min(primary.batch_size, len(primary.indices))
     return TrainResult(ModelState(params, buffers), steps, steps * size)
 

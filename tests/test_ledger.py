@@ -15,11 +15,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import mecsim
+from mecsim.analysis.compare import flatten
 from mecsim.channels import dbm_to_w
 from mecsim.cli import main
 from mecsim.devices import DEVICES
 from mecsim.errors import ConfigError
-from mecsim.invariants import check_result, check_run, check_tables, run_facts
+from mecsim.invariants import check_result, check_run_dir, check_tables, run_facts
 from mecsim.network import ClientProfile, Network
 from mecsim.runner import RunResult
 from mecsim.scenario import NetworkConfig
@@ -212,7 +213,7 @@ def clean() -> RunResult:
 
 
 def check_with(result, events=None, rounds=None, summary=None) -> dict[str, list[str]]:
-    facts = run_facts(result.scenario.model_dump(mode="json"))
+    facts = run_facts(flatten(result.scenario.model_dump(mode="json")))
     checks = check_tables(
         result.events if events is None else events,
         result.rounds if rounds is None else rounds,
@@ -262,7 +263,7 @@ def test_check_run_cli_passes_a_written_run_and_refuses_a_folder_that_is_not_one
     assert main(["check-run", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "send energy" in printed and "FAIL" not in printed
-    assert len(check_run(out)) == 7
+    assert len(check_run_dir(out)) == 7
     assert main(["check-run", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "not a mecsim run directory" in err[0]

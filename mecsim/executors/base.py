@@ -26,7 +26,15 @@ from mecsim.errors import ConfigError
 from mecsim.models.catalog import ModelCatalog
 from mecsim.rng import torch_generator
 from mecsim.state import ModelState, Payload, TensorDict
-from mecsim.training import Loss, ModelFunction, Schedule, SplitData, TrainResult, infer
+from mecsim.training import (
+    STEP_CORRECTION,
+    Loss,
+    ModelFunction,
+    Schedule,
+    SplitData,
+    TrainResult,
+    infer,
+)
 
 
 @dataclass(slots=True)
@@ -124,10 +132,13 @@ class TrainingContext:
         return anchored_loss
 
     def extra_flops(self, task: Task, start: ModelState, consts: TensorDict, steps: int) -> int:
-        """Loss FLOPs no module meters: the algorithm's, 5 per anchored weight and step,
-        and 3 per trained weight and step of gradient clipping."""
+        """FLOPs no module meters: the algorithm's, 5 per anchored weight and step, 2 per
+        step-corrected weight and step (scale and subtract), and 3 per trained weight and
+        step of gradient clipping."""
         anchored = sum(v.numel() for k, v in consts.items() if k.startswith(ANCHOR))
-        flops = self.algorithm.extra_flops(task, start, steps) + 5 * anchored * steps
+        corrected = sum(v.numel() for k, v in consts.items() if k.startswith(STEP_CORRECTION))
+        flops = self.algorithm.extra_flops(task, start, steps)
+        flops += (5 * anchored + 2 * corrected) * steps
         schedule = self.algorithm.schedule(task)
         if schedule.max_grad_norm is not None and task.mode == "train":
             trained = sum(

@@ -31,7 +31,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -310,7 +311,7 @@ def wait_free(sim: Simulation) -> Process:
     windows = _Windows() if p.personal_budget != "epochs" else None
     personal: list[simpy.Process] = []
     everyone = range(len(sim.clients))
-    pending: tuple[int, float, list[int]] | None = None
+    pending: Callable[[], None] | None = None  # the last round's end_round, once its windows close
     for round_ in range(p.rounds):
         round_start = env.now
         early, late = _split_tasks(sim, round_)
@@ -322,11 +323,11 @@ def wait_free(sim: Simulation) -> Process:
         if windows is not None:  # a window closes when the client's next model has arrived
             _close_windows(sim, windows, _arrivals(deliveries, receivers, round_start))
         if pending is not None:  # no simulated time has passed since that round's aggregation
-            sim.end_round(*pending[:3], **pending[3])
+            pending()
             pending = None
         results = sim.execute(round_, {c: payloads[c] for c in selected}, tasks=early_names)
         arrived: list[Upload] = []
-        clients = [
+        procs = [
             env.process(
                 _wf_client(
                     sim,
@@ -343,21 +344,20 @@ def wait_free(sim: Simulation) -> Process:
             )
             for c in selected
         ]
-        selected_clients = list(clients)
-        for c in set(receivers) - set(selected):  # appendix F (a): unselected clients get the model
-            clients.append(
-                env.process(_receive(sim, round_, c, deliveries.get(c), payloads[c], windows))
-            )
-        yield env.all_of(clients)
+        unselected = [  # appendix F (a): unselected clients get the model
+            env.process(_receive(sim, round_, c, deliveries.get(c), payloads[c], windows))
+            for c in set(receivers) - set(selected)
+        ]
+        yield env.all_of(procs + unselected)
         yield from _aggregate(sim, round_, arrived)
-        outcome = {"failed": _failed(selected_clients)}
+        end = functools.partial(sim.end_round, round_, round_start, selected, failed=_failed(procs))
         if windows is None:
-            sim.end_round(round_, round_start, selected, **outcome)
+            end()
         else:  # evaluate once the round's windows have closed (t_personal: when they did)
-            pending = (round_, round_start, selected, outcome)
+            pending = end
     if pending is not None:  # the last windows close when the run ends
         _close_windows(sim, windows, dict.fromkeys(list(windows.open), env.now))
-        sim.end_round(*pending[:3], **pending[3])
+        pending()
     yield env.all_of(personal)  # record the last personalized tasks (epochs budget)
 
 
