@@ -1,6 +1,7 @@
 """FL/PFL algorithms, one module each; each registers itself in :data:`ALGORITHMS`."""
 
 from mecsim.algorithms import (  # noqa: F401  (importing a module registers its algorithm)
+    apfl,
     comet,
     ditto,
     dsfl,
@@ -24,6 +25,8 @@ from mecsim.algorithms import (  # noqa: F401  (importing a module registers its
     moon,
     persfl,
     pfedla,
+    perfedavg,
+    pfedme,
     scaffold,
     scd,
 )
