@@ -6,6 +6,7 @@ unchanged one client at a time or vmapped over many (see :mod:`mecsim.training`)
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 
 import torch
@@ -97,3 +98,21 @@ def kl_to_target(logits: Tensor, target: Tensor, temperature: float = 1.0) -> Te
 def mean_absolute_error(logits: Tensor, target: Tensor) -> Tensor:
     """Mean |logits - target| over classes and batch (FedMD's digest loss on class scores)."""
     return (logits - target).abs().mean()
+
+
+def inference_loss(outputs: TensorDict) -> float:
+    """Mean cross-entropy of an inference task's logits against its split's labels
+    (infinite without samples; 0 in cost-only runs, which have no values)."""
+    if outputs["logits"].is_meta:
+        return 0.0
+    if len(outputs["logits"]) == 0:
+        return math.inf
+    return float(F.cross_entropy(outputs["logits"].float(), outputs["labels"]))
+
+
+def inference_accuracy(outputs: TensorDict) -> float:
+    """Accuracy of an inference task's logits against its split's labels."""
+    logits = outputs["logits"]
+    if logits.is_meta or len(logits) == 0:
+        return 0.0
+    return float((logits.argmax(dim=1) == outputs["labels"]).float().mean())

@@ -36,7 +36,6 @@ import math
 from collections.abc import Sequence
 
 import torch
-import torch.nn.functional as F
 from pydantic import Field, field_validator
 
 from mecsim.algorithms.base import AlgorithmSettings, ClientState, RoundContext, ServerState, Task
@@ -45,6 +44,8 @@ from mecsim.algorithms.losses import (
     cross_entropy,
     detached,
     distillation_kl,
+    inference_accuracy,
+    inference_loss,
     prefixed,
     unprefixed,
 )
@@ -172,12 +173,12 @@ class PersFL(FedAvg):
         self, task: Task, state: ClientState, result: TrainResult, ctx: RoundContext
     ) -> None:
         if task is self.check:  # eq. (2): keep the received global model if it is the best
-            loss, best = validation_loss(result.outputs), state["teacher_loss"]
+            loss, best = inference_loss(result.outputs), state["teacher_loss"]
             # no validation samples: every loss is infinite, keep the latest model
             if loss < best or state["teacher"] is None or (math.isinf(loss) and math.isinf(best)):
                 state.update(teacher=result.state, teacher_loss=loss, teacher_round=ctx.round)
         elif task in self.checks:  # the trained candidate's validation accuracy
-            accuracy = validation_accuracy(result.outputs)
+            accuracy = inference_accuracy(result.outputs)
             if accuracy > state.get("personal_acc", -1.0):
                 state.update(personal=result.state, personal_acc=accuracy)
             state.pop(task.model, None)
@@ -187,24 +188,6 @@ class PersFL(FedAvg):
     # --- evaluation ------------------------------------------------------------------
     def personal_model(self, client_state: ClientState, server_state: ServerState) -> ModelState:
         return client_state.get("personal", server_state["global"])
-
-
-def validation_loss(outputs: TensorDict) -> float:
-    """Mean cross-entropy of an inference task's logits against its split's labels
-    (infinite without samples; 0 in cost-only runs, which have no values)."""
-    if outputs["logits"].is_meta:
-        return 0.0
-    if len(outputs["logits"]) == 0:
-        return math.inf
-    return float(F.cross_entropy(outputs["logits"].float(), outputs["labels"]))
-
-
-def validation_accuracy(outputs: TensorDict) -> float:
-    """Accuracy of an inference task's logits against its split's labels."""
-    logits = outputs["logits"]
-    if logits.is_meta or len(logits) == 0:
-        return 0.0
-    return float((logits.argmax(dim=1) == outputs["labels"]).float().mean())
 
 
 def grid(settings: PersFLSettings) -> Sequence[tuple[float, float]]:

@@ -150,7 +150,8 @@ def test_scenario_checks(tiny, override, field):
 def test_each_check_scores_its_own_trained_candidate_and_the_best_becomes_personal(tiny):
     """The checks used to score a clone of the teacher: every candidate tied, the teacher
     became the personal model and the distillation was thrown away."""
-    from mecsim.algorithms.persfl import PersFL, validation_accuracy
+    from mecsim.algorithms.losses import inference_accuracy
+    from mecsim.algorithms.persfl import PersFL
 
     trained: dict[tuple[int, str], ModelState] = {}
     scored: dict[tuple[int, str], tuple[ModelState, float]] = {}
@@ -160,7 +161,7 @@ def test_each_check_scores_its_own_trained_candidate_and_the_best_becomes_person
         if task.name.startswith("distill:"):
             trained[ctx.client, task.name.removeprefix("distill:")] = result.state
         elif task.name.startswith("check:"):
-            accuracy = validation_accuracy(result.outputs)
+            accuracy = inference_accuracy(result.outputs)
             scored[ctx.client, task.name.removeprefix("check:")] = (result.state, accuracy)
         original(self, task, state, result, ctx)
 

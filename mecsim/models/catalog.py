@@ -7,9 +7,11 @@ and normalization keys, per-sample FLOPs) is looked up here.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import torch
 from torch import nn
 
 from mecsim.models.layers import NORMS, Layer, model_layers
@@ -59,6 +61,27 @@ class Architecture:
 
     def num_params(self) -> int:
         return self.initial.num_params()
+
+    def reinitialized(self, seed: int) -> ModelState:
+        """Another initial state of this architecture: every module's
+        ``reset_parameters`` drawn on the CPU from ``seed`` (so any device gets the
+        same values), then moved to the initial state's device. On the meta
+        device (cost-only runs) there are no values to draw: a copy of the shapes."""
+        device = next(iter(self.initial.params.values())).device
+        if device.type == "meta":
+            return self.initial.clone()
+        module = copy.deepcopy(self.module).to("cpu")
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            for submodule in module.modules():
+                reset = getattr(submodule, "reset_parameters", None)
+                if callable(reset):
+                    reset()
+        state = ModelState.of(module)
+        return ModelState(
+            {k: v.detach().to(device) for k, v in state.params.items()},
+            {k: v.to(device) for k, v in state.buffers.items()},
+        )
 
 
 @dataclass(frozen=True)
