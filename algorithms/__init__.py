@@ -13,6 +13,7 @@ from mecsim.algorithms import (  # noqa: F401  (importing a module registers its
     feddf,
     feddyn,
     fedfomo,
+    fedgen,
     fedmd,
     fedper,
     fedprox,

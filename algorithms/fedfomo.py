@@ -101,8 +101,7 @@ class FedFomo(Algorithm):
     def __init__(self, settings, models, label_counts=None, seed=0) -> None:
         self.count = min(settings.neighbors, max(len(models.client_arch) - 1, 1))
         self.scores = tuple(
-            Task(f"score:m{s}", model=f"m{s}", mode="infer", split="val")
-            for s in range(self.count)
+            Task(f"score:m{s}", model=f"m{s}", mode="infer", split="val") for s in range(self.count)
         )
         super().__init__(settings, models, label_counts, seed)
 
