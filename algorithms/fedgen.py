@@ -31,7 +31,7 @@ code); the code draws z uniformly (``noise = "uniform"``) where the paper writes
 a Gaussian (default) and samples the server's labels uniformly over the present
 ones where the paper draws from r-hat (default). Generator defaults are the code's
 MNIST run: noise 32, hidden 256, Adam at 3e-4 (weight decay 0.01, x0.98 a
-round), 50 steps of ``batch_size`` a round, eta = 1.
+round), 50 steps of 32 labels a round, eta = 1.
 """
 
 from __future__ import annotations
@@ -70,6 +70,9 @@ class FedGenSettings(AlgorithmSettings):
     noise_dim: int = Field(default=32, ge=1, description="dimension of the generator's noise z")
     generator_hidden: int = Field(default=256, ge=1, description="the generator's hidden width")
     generator_steps: int = Field(default=50, ge=1, description="server Adam steps a round")
+    generator_batch_size: int = Field(
+        default=32, ge=2, le=4096, description="labels drawn per generator step (code: 32)"
+    )
     generator_lr: float = Field(default=3e-4, gt=0, description="the generator's Adam step")
     generator_weight_decay: float = Field(default=0.01, ge=0, description="Adam weight decay")
     generator_lr_decay: float = Field(default=0.98, gt=0, le=1, description="lr factor a round")
@@ -240,7 +243,7 @@ class FedGen(FedAvg):
         for group in optimizer.param_groups:
             group["lr"] = s.generator_lr * s.generator_lr_decay**ctx.round
         draws = ctx.generator("fedgen", "server")
-        batch = s.batch_size
+        batch = s.generator_batch_size
         with FlopCount() as counter:
             for _ in range(s.generator_steps):
                 labels = torch.multinomial(sampling.cpu(), batch, True, generator=draws)

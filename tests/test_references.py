@@ -1,0 +1,411 @@
+"""Each algorithm against an independent plain-PyTorch reading of its paper.
+
+One or two rounds of a built-in algorithm on a tiny problem (digits, cnn-small,
+2-3 clients, full-batch steps, so the batch order cannot matter) are compared, to
+float tolerance, with the same rounds written here from the paper with
+``torch.optim.SGD`` and ``nn.Module``s: the server's model after aggregation and
+each client's personal model. mecsim supplies only the data split and the seeded
+initial model; no algorithm code of mecsim runs in a reference.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import mecsim
+from mecsim.models import build_model
+from mecsim.rng import derive_seed
+from mecsim.runner import build_data
+
+SEED = 3
+FULL_BATCH = 4096  # more than any client holds: every step sees all its samples
+TOL = {"atol": 2e-5, "rtol": 1e-4}
+
+
+def run(name: str, *overrides: str, clients: int = 2, rounds: int = 1, steps: int = 2):
+    """A run of ``name`` and, per client, its training (x, y) and validation (x, y)."""
+    scenario = {
+        "name": "reference",
+        "seed": SEED,
+        "data": {"dataset": "digits", "partition": "dirichlet", "alpha": 1.0},
+        "model": {"name": "cnn-small"},
+        "algorithm": {"name": name, "steps": steps, "batch_size": FULL_BATCH, "lr": 0.05},
+        "protocol": {"rounds": rounds},
+        "clients": {"count": clients},
+        "output": {"progress": False},
+    }
+    result = mecsim.run(scenario, list(overrides), write=False)
+    data = build_data(result.scenario, torch.device("cpu"))
+    train = [(data.x_train[i], data.y_train[i]) for i in data.train]
+    val = [(data.x_train[i], data.y_train[i]) for i in data.val]
+    return result, train, val
+
+
+def initial() -> nn.Module:
+    return build_model(
+        "cnn-small", input_shape=(1, 8, 8), num_classes=10, seed=derive_seed(SEED, "init")
+    )
+
+
+def weights(module: nn.Module) -> dict[str, torch.Tensor]:
+    return {k: v.detach() for k, v in module.named_parameters()}
+
+
+def assert_same(state, module_or_params) -> None:
+    """A mecsim ModelState (or payload dict) equals a module's (or dict's) parameters."""
+    expected = module_or_params
+    if isinstance(expected, nn.Module):
+        expected = weights(expected)
+    got = state.params if hasattr(state, "params") else state
+    for name, value in expected.items():
+        torch.testing.assert_close(got[name], value, **TOL)
+
+
+def sgd(model: nn.Module, x, y, steps: int, lr: float, extra=None, momentum: float = 0.0):
+    """``steps`` full-batch SGD steps of cross-entropy (+ ``extra(model)``)."""
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
+    for _ in range(steps):
+        optimizer.zero_grad()
+        loss = F.cross_entropy(model(x), y)
+        if extra is not None:
+            loss = loss + extra(model)
+        loss.backward()
+        optimizer.step()
+    return model
+
+
+def average(models: list[dict[str, torch.Tensor]], sizes: list[float]) -> dict[str, torch.Tensor]:
+    total = sum(sizes)
+    return {
+        k: sum(m[k] * (s / total) for m, s in zip(models, sizes, strict=True)) for k in models[0]
+    }
+
+
+def squared_distance(model: nn.Module, anchor: dict[str, torch.Tensor]) -> torch.Tensor:
+    return sum(((p - anchor[k]) ** 2).sum() for k, p in model.named_parameters())
+
+
+def loaded(params: dict[str, torch.Tensor]) -> nn.Module:
+    model = initial()
+    with torch.no_grad():
+        for k, p in model.named_parameters():
+            p.copy_(params[k])
+    return model
+
+
+# --- FedAvg family ------------------------------------------------------------------------
+def test_fedavg_is_mcmahans_weighted_average_of_local_sgd():
+    result, train, _ = run("fedavg")
+    local = [weights(sgd(initial(), x, y, 2, 0.05)) for x, y in train]
+    assert_same(result.server_state["global"], average(local, [len(y) for _, y in train]))
+
+
+def test_fedprox_adds_the_proximal_term_to_each_local_step():
+    result, train, _ = run("fedprox", "algorithm.mu=0.5")
+    start = weights(initial())
+    local = [
+        weights(sgd(initial(), x, y, 2, 0.05, lambda m: 0.25 * squared_distance(m, start)))
+        for x, y in train
+    ]
+    assert_same(result.server_state["global"], average(local, [len(y) for _, y in train]))
+
+
+def test_fedavgm_steps_the_server_with_momentum_over_two_rounds():
+    result, train, _ = run("fedavgm", rounds=2)
+    sizes = [len(y) for _, y in train]
+    w, velocity = weights(initial()), None
+    for _ in range(2):
+        avg = average([weights(sgd(loaded(w), x, y, 2, 0.05)) for x, y in train], sizes)
+        delta = {k: w[k] - avg[k] for k in w}
+        velocity = delta if velocity is None else {k: 0.9 * velocity[k] + delta[k] for k in w}
+        w = {k: w[k] - velocity[k] for k in w}
+    assert_same(result.server_state["global"], w)
+
+
+def test_feddyn_follows_algorithm_one_with_its_authors_clipping_over_two_rounds():
+    alpha = 0.1
+    result, train, _ = run("feddyn", f"algorithm.alpha={alpha}", rounds=2)
+    w = weights(initial())
+    h = {k: torch.zeros_like(v) for k, v in w.items()}
+    grads = [{k: torch.zeros_like(v) for k, v in w.items()} for _ in train]
+    for _ in range(2):
+        trained = []
+        for i, (x, y) in enumerate(train):
+            model = loaded(w)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+            for _ in range(2):
+                optimizer.zero_grad()
+                linear = sum((p * grads[i][k]).sum() for k, p in model.named_parameters())
+                loss = F.cross_entropy(model(x), y) - linear
+                loss = loss + alpha / 2 * squared_distance(model, w)
+                loss.backward()
+                nn.utils.clip_grad_norm_(model.parameters(), 10.0)
+                optimizer.step()
+            theta = weights(model)
+            grads[i] = {k: grads[i][k] - alpha * (theta[k] - w[k]) for k in w}
+            trained.append(theta)
+        h = {k: h[k] - alpha / len(train) * sum(t[k] - w[k] for t in trained) for k in w}
+        mean = average(trained, [1.0] * len(trained))
+        w = {k: mean[k] - h[k] / alpha for k in w}
+    assert_same(result.server_state["global"], w)
+
+
+def test_scaffold_corrects_each_step_with_c_minus_c_i_over_two_rounds():
+    result, train, _ = run("scaffold", rounds=2)
+    lr, steps = 0.05, 2
+    x_global = weights(initial())
+    c = {k: torch.zeros_like(v) for k, v in x_global.items()}
+    c_i = [dict(c) for _ in train]
+    for _ in range(2):
+        ys, deltas = [], []
+        for i, (x, y) in enumerate(train):
+            model = loaded(x_global)
+            optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+            for _ in range(steps):  # y <- y - lr (g_i(y) - c_i + c)
+                optimizer.zero_grad()
+                F.cross_entropy(model(x), y).backward()
+                optimizer.step()
+                with torch.no_grad():
+                    for k, p in model.named_parameters():
+                        p -= lr * (c[k] - c_i[i][k])
+            y_i = weights(model)
+            new = {k: c_i[i][k] - c[k] + (x_global[k] - y_i[k]) / (steps * lr) for k in c}
+            deltas.append({k: new[k] - c_i[i][k] for k in c})
+            c_i[i] = new
+            ys.append(y_i)
+        x_global = {k: x_global[k] + sum(y[k] - x_global[k] for y in ys) / len(ys) for k in c}
+        c = {k: c[k] + sum(d[k] for d in deltas) / len(deltas) for k in c}  # |S| = N
+    assert_same(result.server_state["global"], x_global)
+    assert_same(result.server_state["control"], c)
+
+
+def test_local_training_is_sgd_alone():
+    result, train, _ = run("local", rounds=2)
+    for i, (x, y) in enumerate(train):
+        assert_same(result.client_states[i]["personal"], sgd(initial(), x, y, 4, 0.05))
+
+
+def test_ditto_trains_the_personal_model_toward_the_received_global_one():
+    result, train, _ = run("ditto", "algorithm.lam=0.5", "algorithm.personal_steps=2")
+    start = weights(initial())
+    for i, (x, y) in enumerate(train):
+        personal = sgd(initial(), x, y, 2, 0.05, lambda m: 0.25 * squared_distance(m, start))
+        assert_same(result.client_states[i]["personal"], personal)
+    local = [weights(sgd(initial(), x, y, 2, 0.05)) for x, y in train]
+    assert_same(result.server_state["global"], average(local, [len(y) for _, y in train]))
+
+
+def test_lg_fedavg_averages_the_head_and_keeps_each_body():
+    result, train, _ = run("lg_fedavg", rounds=2)
+    head = ("classifier.2.weight", "classifier.2.bias")
+    sizes = [len(y) for _, y in train]
+    models = [weights(initial()) for _ in train]
+    shared = {k: models[0][k] for k in head}
+    for _ in range(2):
+        trained = [
+            weights(sgd(loaded({**m, **shared}), x, y, 2, 0.05))
+            for m, (x, y) in zip(models, train, strict=True)
+        ]
+        shared = average([{k: t[k] for k in head} for t in trained], sizes)
+        models = trained
+    for i, model in enumerate(models):
+        body = {k: v for k, v in model.items() if k not in head}
+        assert_same(result.client_states[i]["local"], body)
+    assert_same(result.server_state["global"], shared)
+
+
+# --- the methods of issue 31 ------------------------------------------------------------
+def test_pfedme_takes_moreau_envelope_steps_and_personalizes_at_the_uploaded_model():
+    lam, inner, personal_lr, lr = 15.0, 3, 0.05, 0.01
+    result, train, _ = run(
+        "pfedme", f"algorithm.lam={lam}", f"algorithm.inner_steps={inner}",
+        f"algorithm.personal_lr={personal_lr}", f"algorithm.lr={lr}",
+    )  # fmt: skip
+
+    def moreau(w: nn.Module, x, y) -> nn.Module:
+        anchor = weights(w)
+        return sgd(
+            copy.deepcopy(w),
+            x,
+            y,
+            inner,
+            personal_lr,
+            lambda m: lam / 2 * squared_distance(m, anchor),
+        )
+
+    uploads = []
+    for i, (x, y) in enumerate(train):
+        w = initial()
+        for _ in range(2):  # R = 2 local rounds: w <- w - eta lam (w - theta~)
+            theta = weights(moreau(w, x, y))
+            with torch.no_grad():
+                for k, p in w.named_parameters():
+                    p -= lr * lam * (p - theta[k])
+        uploads.append(weights(w))
+        assert_same(result.client_states[i]["personal"], moreau(w, x, y))
+    assert_same(result.server_state["global"], average(uploads, [1.0, 1.0]))  # beta = 1
+
+
+def test_perfedavg_personal_model_is_one_step_from_the_received_model():
+    alpha = 0.02
+    result, train, _ = run("perfedavg", f"algorithm.alpha={alpha}")
+    for i, (x, y) in enumerate(train):
+        assert_same(result.client_states[i]["personal"], sgd(initial(), x, y, 1, alpha))
+
+
+@pytest.mark.parametrize("hessian_free", [False, True])
+def test_perfedavg_local_step_is_the_maml_step(hessian_free):
+    """One step of mecsim's Per-FedAvg loss on batches D, D', D'' equals the MAML step
+    written with autograd: FO ``grad f(w~; D')``; HF ``(I - alpha H(w; D'')) grad f(w~; D')``
+    with the exact Hessian-vector product (double backward), which the finite difference
+    matches in float64 at delta = 1e-5 (at 1e-3 a perturbation crosses ReLU kinks)."""
+    from mecsim.algorithms.perfedavg import maml_loss
+    from mecsim.training import ModelFunction
+
+    torch.manual_seed(0)
+    model, alpha, delta = initial().double(), 0.05, 1e-5
+    parts = 3 if hessian_free else 2
+    x = torch.randn(8 * parts, 1, 8, 8, dtype=torch.float64)
+    y = torch.randint(0, 10, (8 * parts,))
+    xs, ys = x.chunk(parts), y.chunk(parts)
+    w = list(model.parameters())
+    grad = torch.autograd.grad(F.cross_entropy(model(xs[0]), ys[0]), w)
+    adapted = copy.deepcopy(model)
+    with torch.no_grad():
+        for p, g in zip(adapted.parameters(), grad, strict=True):
+            p -= alpha * g
+    direction = torch.autograd.grad(
+        F.cross_entropy(adapted(xs[1]), ys[1]), list(adapted.parameters())
+    )
+    if hessian_free:
+        g3 = torch.autograd.grad(F.cross_entropy(model(xs[2]), ys[2]), w, create_graph=True)
+        hvp = torch.autograd.grad(sum((a * b).sum() for a, b in zip(g3, direction, strict=True)), w)
+        direction = [d - alpha * h for d, h in zip(direction, hvp, strict=True)]
+
+    function = ModelFunction(copy.deepcopy(model), hand_batched=False)
+    params = {k: v.detach().requires_grad_(True) for k, v in model.named_parameters()}
+    loss = maml_loss("train", alpha, delta if hessian_free else None)
+    value = loss(function.bind(params, {}), params, {"train": {"x": x, "y": y}}, {})
+    got = torch.autograd.grad(value, list(params.values()))
+    for g, d in zip(got, direction, strict=True):
+        torch.testing.assert_close(g, d, atol=1e-8, rtol=1e-6)
+
+
+def test_apfl_trains_w_then_v_on_the_mixture_then_alpha():
+    a0 = 0.4
+    result, train, _ = run("apfl", f"algorithm.alpha={a0}")
+    for i, (x, y) in enumerate(train):
+        w = sgd(initial(), x, y, 2, 0.05)
+        wp = weights(w)
+        v = initial()
+        optimizer = torch.optim.SGD(v.parameters(), lr=0.05)
+        for _ in range(2):  # v <- v - eta grad_v f(alpha v + (1 - alpha) w)
+            optimizer.zero_grad()
+            mix = {k: a0 * p + (1 - a0) * wp[k] for k, p in v.named_parameters()}
+            F.cross_entropy(torch.func.functional_call(v, mix, (x,)), y).backward()
+            optimizer.step()
+        alpha = torch.tensor(a0, requires_grad=True)
+        vp = weights(v)
+        mix = {k: alpha * vp[k] + (1 - alpha) * wp[k] for k in vp}
+        (d_alpha,) = torch.autograd.grad(
+            F.cross_entropy(torch.func.functional_call(v, mix, (x,)), y), alpha
+        )
+        state = result.client_states[i]
+        assert_same(state["local"], w)
+        assert_same(state["personal"], v)
+        torch.testing.assert_close(
+            state["alpha"].params["alpha"], (a0 - 0.05 * d_alpha).clamp(0, 1), **TOL
+        )
+
+
+def test_hypcluster_clients_train_their_lowest_loss_hypothesis_and_clusters_average():
+    k = 3
+    result, train, _ = run("hypcluster", f"algorithm.clusters={k}", clients=3)
+    hypotheses = [initial()]
+    for j in range(1, k):  # independently initialized: nn's own init from a derived seed
+        model = initial()
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(derive_seed(SEED, "hypcluster", j))
+            for m in model.modules():
+                if hasattr(m, "reset_parameters"):
+                    m.reset_parameters()
+        hypotheses.append(model)
+    chosen, trained = [], []
+    for x, y in train:
+        with torch.no_grad():
+            losses = [float(F.cross_entropy(h.eval()(x), y)) for h in hypotheses]
+        j = min(range(k), key=lambda c: (losses[c], c))
+        chosen.append(j)
+        trained.append(weights(sgd(copy.deepcopy(hypotheses[j]).train(), x, y, 2, 0.05)))
+    for i, j in enumerate(chosen):
+        assert result.client_states[i]["cluster"] == j
+    for j, h in enumerate(hypotheses):
+        members = [i for i, c in enumerate(chosen) if c == j]
+        expected = (
+            average([trained[i] for i in members], [len(train[i][1]) for i in members])
+            if members else weights(h)
+        )  # fmt: skip
+        assert_same(result.server_state["hypotheses"][j], expected)
+
+
+def test_fedfomo_combines_the_models_that_lower_its_validation_loss():
+    """Round 0 trains from the shared init (every downloaded model equals the client's,
+    so no weight); round 1 applies eqs. (5)-(6) with all other clients' models (M = N - 1)."""
+    result, train, val = run(
+        "fedfomo", "data.val_fraction=0.3", "algorithm.neighbors=2", clients=3, rounds=2
+    )
+    first = [weights(sgd(initial(), x, y, 2, 0.05)) for x, y in train]
+
+    def val_loss(params, i):
+        with torch.no_grad():
+            return float(F.cross_entropy(loaded(params).eval()(val[i][0]), val[i][1]))
+
+    for i, (x, y) in enumerate(train):
+        own, own_loss = first[i], val_loss(first[i], i)
+        gains = {}
+        for j in range(len(train)):
+            if j != i:
+                distance = sum(((first[j][k] - own[k]) ** 2).sum() for k in own) ** 0.5
+                gains[j] = max((own_loss - val_loss(first[j], i)) / float(distance), 0.0)
+        total = sum(gains.values())
+        start = own if total == 0 else {
+            k: own[k] + sum(g / total * (first[j][k] - own[k]) for j, g in gains.items()) for k in own
+        }  # fmt: skip
+        assert_same(result.client_states[i]["local"], sgd(loaded(start), x, y, 2, 0.05))
+
+
+def test_fedgen_generator_and_diversity_match_the_authors_modules():
+    """G(z, y) is Linear -> ReLU -> Linear on [z, one-hot(y)], and the diversity term is
+    exp(-mean(d_z d_G)) with mean squared noise and mean absolute feature distances."""
+    from mecsim.algorithms.fedgen import diversity, generate
+
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(4 + 10, 16), nn.ReLU(), nn.Linear(16, 6))
+    z, labels = torch.randn(5, 4), torch.randint(0, 10, (5,))
+    expected = net(torch.cat([z, F.one_hot(labels, 10).float()], dim=1))
+    features = generate(dict(net.named_parameters()), z, labels, 10)
+    torch.testing.assert_close(features, expected)
+    pairs = [(a, b) for a in range(5) for b in range(5)]
+    value = sum(
+        float((z[a] - z[b]).pow(2).mean() * (expected[a] - expected[b]).abs().mean().detach())
+        for a, b in pairs
+    ) / len(pairs)
+    torch.testing.assert_close(
+        float(diversity(z, expected)), float(torch.exp(torch.tensor(-value))), rtol=1e-5, atol=1e-7
+    )
+
+
+def test_fedgen_round_zero_is_fedavg_and_trains_the_generator():
+    result, train, _ = run("fedgen", "algorithm.generator_steps=3")
+    local = [weights(sgd(initial(), x, y, 2, 0.05)) for x, y in train]
+    assert_same(result.server_state["global"], average(local, [len(y) for _, y in train]))
+    prior = result.server_state["prior"]
+    counts = torch.bincount(torch.cat([y for _, y in train]), minlength=10).float()
+    torch.testing.assert_close(prior, counts / counts.sum())
+    server = result.events[result.events["phase"] == "server:train-generator"]
+    assert len(server) == 1 and server["flops"].iloc[0] > 0
