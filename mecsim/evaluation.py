@@ -89,8 +89,11 @@ class Evaluator:
         mean: str = "train_size",
         ddof: int = 0,
         global_size: int | None = None,
+        first_client: int = 0,
     ) -> None:
         self.models = models
+        self.first_client = first_client
+        """The client the first local test belongs to (new clients follow the trainers)."""
         self.mean, self.ddof = mean, ddof
         self.global_size = global_size
         """The generic model is scored on the first this many test samples (None: all);
@@ -148,7 +151,9 @@ class Evaluator:
                     shared_predictions[indices], self.y_test[indices]
                 )
             else:
-                own.setdefault(self.models.of(client).name, []).append((client, personal))
+                own.setdefault(self.models.of(self.first_client + client).name, []).append(
+                    (client, personal)
+                )
         for name, members in own.items():
             module = self.models.architectures[name].module
             inputs = [self.x_test[self.local_test[c]] for c, _ in members]

@@ -44,6 +44,7 @@ from mecsim.faults import Faults
 from mecsim.models import build_model, forward_flops_per_sample
 from mecsim.models.catalog import Architecture, ModelCatalog
 from mecsim.network import ClientProfile, Network
+from mecsim.newcomers import FixedModels, newcomer_states
 from mecsim.output import (
     atomic_directory,
     check_parent,
@@ -503,12 +504,13 @@ def build_world(sc: Scenario, torch_device: torch.device) -> World:
     if cost_only:
         evaluator: CurveEvaluator | Evaluator = CurveEvaluator(sc.execution.accuracy_curve)
     else:
+        trainers = sc.clients.count - sc.evaluation.new_clients  # new clients apart
         evaluator = Evaluator(
             models,
             data.x_test,
             data.y_test,
-            data.test,
-            num_train,
+            data.test[:trainers],
+            num_train[:trainers],
             mean=sc.evaluation.personal_mean,
             ddof=sc.evaluation.std_ddof,
             global_size=data.global_test_size,
@@ -581,6 +583,9 @@ def _run(
         faults=world.faults,
         checkpointer=checkpointer,
         bulk_rounds=sc.execution.bulk_rounds,
+        new_clients=sc.evaluation.new_clients,
+        new_client_adaptation=sc.evaluation.new_client_adaptation,
+        new_client_epochs=sc.evaluation.new_client_epochs,
     )
     show = sc.output.progress if progress is None else progress
     with tqdm(total=sc.protocol.rounds, desc=sc.name, unit="round", disable=not show) as bar:
@@ -620,6 +625,7 @@ def _run(
     events = sim.recorder.events()
     rounds = sim.recorder.rounds()
     final = sim.last_evaluation
+    newcomers = evaluate_newcomers(sc, world, sim, events)
     params = {name: arch.num_params() for name, arch in models.architectures.items()}
     clients_table = pd.DataFrame(
         {
@@ -643,7 +649,7 @@ def _run(
                 world.ctx.per_sample_flops[arch] // 2 for arch in models.client_arch
             ],
             "state_peak_bytes": sim.client_state_peak_bytes,
-            "final_personal_acc": list(final.client_acc)
+            "final_personal_acc": [*final.client_acc, *newcomers.get("new_client_accs", [])]
             if final and final.client_acc
             else float("nan"),
         }
@@ -669,6 +675,7 @@ def _run(
         "threads_setting": sc.execution.threads,
         "calibration": None if calibration is None else calibration.as_dict(),
         "evaluation_probe": getattr(world.evaluator, "probe_result", None),
+        **newcomers,
         "device": torch_device.type,
         "protocol": sc.protocol.model_dump(mode="json"),
         "network": sc.network.model_dump(mode="json", exclude_none=True),
@@ -683,6 +690,51 @@ def _run(
             checkpointer.path.unlink(missing_ok=True)
         log.info("wrote %s", run_dir)
     return result
+
+
+def evaluate_newcomers(
+    sc: Scenario, world: World, sim: Simulation, events: pd.DataFrame
+) -> dict[str, Any]:
+    """Summary entries of the new clients (:mod:`mecsim.newcomers`): their count, what
+    joining cost them (bytes received, FLOPs, seconds after the last trained round's
+    last event; from the events of round ``protocol.rounds``) and, with training, the mean (as ``evaluation.personal_mean`` weighs it), standard
+    deviation and per-client accuracies of their adapted models."""
+    k = sc.evaluation.new_clients
+    if k == 0:
+        return {}
+    joined = events[events["round"] == sc.protocol.rounds]
+    trained_until = float(events.loc[events["round"] < sc.protocol.rounds, "t_end"].max())
+    out: dict[str, Any] = {
+        "new_clients": k,
+        "new_client_bytes_down": int(joined.loc[joined["role"] == "receiver", "bytes"].sum()),
+        "new_client_flops": int(joined["flops"].sum()),
+        "new_client_join_s": float(joined["t_end"].max()) - trained_until if len(joined) else 0.0,
+    }
+    if not isinstance(world.evaluator, Evaluator):  # cost-only: nothing to score
+        return out
+    first = sc.clients.count - k
+    data = world.data
+    evaluator = Evaluator(
+        world.models,
+        data.x_test,
+        data.y_test,
+        data.test[first:],
+        world.num_train[first:],
+        mean="clients"
+        if sc.evaluation.personal_mean == "selected"
+        else sc.evaluation.personal_mean,
+        ddof=sc.evaluation.std_ddof,
+        global_size=data.global_test_size,
+        first_client=first,
+    )
+    states = newcomer_states(sim.newcomer_models, range(first, sc.clients.count))
+    scored = evaluator.evaluate(FixedModels(), sim.server_state, states, sc.protocol.rounds)  # type: ignore[arg-type]
+    out.update(
+        new_client_acc=scored.personal_acc,
+        new_client_acc_std=scored.personal_acc_std,
+        new_client_accs=list(scored.client_acc),
+    )
+    return out
 
 
 def _import_writers_in_background() -> None:

@@ -391,6 +391,25 @@ class EvaluationConfig(Section):
         description="delta degrees of freedom of personal_acc_std, the unweighted standard "
         "deviation over the clients the mean reads: 0 population, 1 sample (PersFL)",
     )
+    new_clients: int = Field(
+        default=0,
+        ge=0,
+        description="hold the last this many clients out of training; after the last round "
+        "each receives the final model(s) and adapts (SCD appendix B's new joining clients); "
+        "their accuracy is reported apart (summary.json: new_client_acc)",
+    )
+    new_client_adaptation: Literal["algorithm", "finetune"] = Field(
+        default="algorithm",
+        description="how a new client adapts: 'algorithm': its own personalization step "
+        "where it has one (else fine-tuning); 'finetune': every algorithm fine-tunes the "
+        "received generic model (SCD appendix B)",
+    )
+    new_client_epochs: int = Field(
+        default=1,
+        ge=0,
+        description="epochs a new client fine-tunes (SCD appendix B: 5 and 10); 0: evaluate "
+        "the received model as it is",
+    )
 
 
 class ExecutionConfig(Section):
@@ -721,6 +740,15 @@ def _check_algorithm(scenario: Scenario) -> list[Problem]:
                 "protocol.rounds",
                 f"algorithm {name!r} runs {rounds - 1} FL rounds (algorithm.fl_rounds) and then "
                 f"one local round: set protocol.rounds = {rounds}",
+            )
+        )
+    held_out = scenario.evaluation.new_clients
+    if held_out and held_out >= scenario.clients.count:
+        problems.append(
+            Problem(
+                "evaluation.new_clients",
+                f"{held_out} new clients leave none of the {scenario.clients.count} clients to "
+                "train; hold out fewer (at most clients.count - 1)",
             )
         )
     if getattr(algorithm, "needs_validation", False) and scenario.data.val_fraction == 0:

@@ -40,9 +40,10 @@ from mecsim.executors import ClientJob, Executor, JobResult, TrainingContext
 from mecsim.executors.base import job_context, step_flops
 from mecsim.faults import Drop, Faults
 from mecsim.network import ClientProfile, Delivery, Network
+from mecsim.newcomers import welcome
 from mecsim.recorder import Recorder
 from mecsim.rng import numpy_rng
-from mecsim.state import Payload, payload_nbytes, state_nbytes
+from mecsim.state import ModelState, Payload, payload_nbytes, state_nbytes
 
 if TYPE_CHECKING:
     from mecsim.checkpoint import Checkpointer
@@ -74,6 +75,9 @@ class Simulation:
         faults: Faults | None = None,
         checkpointer: Checkpointer | None = None,
         bulk_rounds: bool = True,
+        new_clients: int = 0,
+        new_client_adaptation: str = "algorithm",
+        new_client_epochs: int = 1,
     ) -> None:
         self.env = simpy.Environment()
         network.bind(self.env)
@@ -81,6 +85,13 @@ class Simulation:
         self.executor = executor
         self.network = network
         self.clients = list(clients)
+        self.trainers = range(len(self.clients) - new_clients)
+        """The clients that train; the last ``new_clients`` join after the last round
+        (:mod:`mecsim.newcomers`)."""
+        self.new_client_adaptation = new_client_adaptation
+        self.new_client_epochs = new_client_epochs
+        self.newcomer_models: dict[int, ModelState | None] = {}
+        """Each new client's adapted model, once it has joined."""
         self.indices = list(indices)  # read, never written: no copies of 100,000 dicts
         self.num_samples = [i["train"].shape[0] for i in self.indices]
         self.server_device = server_device
@@ -146,7 +157,7 @@ class Simulation:
     @property
     def clients_per_round(self) -> int:
         """k: ``protocol.clients_per_round``, or the participation fraction of all clients."""
-        return self.protocol.round_size(len(self.clients))
+        return self.protocol.round_size(len(self.trainers))
 
     def select(
         self, round_: int, candidates: Sequence[int] | None = None, k: int | None = None
@@ -154,9 +165,10 @@ class Simulation:
         """``k`` clients (default: clients per round) for ``round_``, sorted, from the selection stream.
 
         ``candidates`` restricts the choice (e.g. to idle clients); offline
-        clients (``faults.availability``) are never chosen.
+        clients (``faults.availability``) and new clients (:attr:`trainers`) are never chosen.
         """
-        pool = list(range(len(self.clients))) if candidates is None else sorted(candidates)
+        pool = list(self.trainers) if candidates is None else sorted(candidates)
+        pool = [c for c in pool if c in self.trainers]
         if self.faults is not None:
             pool = [c for c in pool if self.faults.online(c, self.env.now)]
         k = self.clients_per_round if k is None else k
@@ -173,7 +185,7 @@ class Simulation:
         """Wait until one of ``candidates`` (default: every client) is online."""
         if self.faults is None:
             return
-        pool = range(len(self.clients)) if candidates is None else candidates
+        pool = self.trainers if candidates is None else candidates
         t = self.faults.next_online(pool, self.env.now)
         if math.isinf(t):
             raise ConfigError(
@@ -763,6 +775,7 @@ class Simulation:
     def _run(self, protocol_process: Callable[[Simulation], Process]) -> Process:
         yield from self.public_download()
         yield from protocol_process(self)
+        yield from welcome(self, self.new_client_adaptation, self.new_client_epochs)
 
     def run(self, protocol_process: Callable[[Simulation], Process]) -> None:
         """Run ``protocol_process`` (a server process) to completion.

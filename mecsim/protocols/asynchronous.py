@@ -114,7 +114,7 @@ class _AsyncServer:
         self.sim = sim
         self.version = 0
         self.jobs = 0
-        self.idle = set(range(len(sim.clients)))
+        self.idle = set(sim.trainers)
         self.inbox = simpy.Store(sim.env)
         self.failed = 0
         """Jobs that ended without their upload arriving since the last server update."""

@@ -310,7 +310,7 @@ def wait_free(sim: Simulation) -> Process:
     env, p = sim.env, sim.protocol
     windows = _Windows() if p.personal_budget != "epochs" else None
     personal: list[simpy.Process] = []
-    everyone = range(len(sim.clients))
+    everyone = sim.trainers
     pending: Callable[[], None] | None = None  # the last round's end_round, once its windows close
     for round_ in range(p.rounds):
         round_start = env.now
@@ -406,7 +406,7 @@ def deadline(sim: Simulation) -> Process:
     carried: list[Upload] = []
     for round_ in range(p.rounds):
         round_start = env.now
-        idle = [c for c in range(len(sim.clients)) if c not in busy]
+        idle = [c for c in sim.trainers if c not in busy]
         selected = sim.select(round_, idle) if idle else []
         payloads, deliveries = yield from _start_round(sim, round_, selected)
         results = sim.execute(round_, payloads)
