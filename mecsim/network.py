@@ -1,8 +1,8 @@
 """Client radios, the server's shared transmitter, and the timing of every transfer.
 
 This is the one place a transfer's duration and energy come from; the
-simulator asks it and records what it answers. The physics (see DESIGN.md,
-"The radio is a shared, fading resource"):
+simulator asks it and records what it answers. The physics (see docs/design.md,
+"Physical layer"):
 
 * **Downlink**: the server has one transmitter (``network.downlink``
   bandwidth and power). Transmissions active at once share it equally, power

@@ -230,7 +230,7 @@ class NetworkConfig(Section):
     """Path loss, fading, noise and rate model (defaults: KAPC Table 4).
 
     ``preset = "table5"`` fixes the spectral efficiency at 1 bit/s/Hz, the only
-    reading that reproduces KAPC Table 5's times (see DESIGN.md).
+    reading that reproduces KAPC Table 5's times (see docs/design.md, "Physical layer").
     """
 
     preset: Literal["physical", "table5"] = Field(

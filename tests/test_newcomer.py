@@ -224,3 +224,36 @@ def test_python_started_beside_a_checkout_named_mecsim_gets_the_installed_packag
     last = bare.stderr.strip().splitlines()[-1]
     assert last.startswith("ImportError: 'import mecsim' found the checkout folder")
     assert "pip install -e ." in last
+
+
+# --- 6. the tutorial -------------------------------------------------------------------
+def tutorial_module() -> str:
+    """The algorithm of docs/writing-an-algorithm.md, as a reader would copy it."""
+    text = (ROOT / "docs" / "writing-an-algorithm.md").read_text()
+    blocks = text.split("```python\n")[1:]
+    assert len(blocks) == 1, "the tutorial has one module"
+    return blocks[0].split("```", 1)[0]
+
+
+@pytest.fixture
+def forget_tutorial():
+    import sys
+
+    yield
+    from mecsim.algorithms import ALGORITHMS
+
+    if "fedavg_ft" in ALGORITHMS.names():
+        ALGORITHMS.remove("fedavg_ft")
+    sys.modules.pop("fedavg_ft", None)
+
+
+def test_the_tutorial_algorithm_passes_mecsim_check(tmp_path, capsys, forget_tutorial):
+    """A plug-in written from docs/writing-an-algorithm.md alone: no dispatch on task
+    names, and every conformance check passes under every protocol."""
+    code = tutorial_module()
+    assert "task.name" not in code
+    path = tmp_path / "fedavg_ft.py"
+    path.write_text(code)
+    assert main(["check", "fedavg_ft", "--import", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "all passed" in out and "failed" not in out
