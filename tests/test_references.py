@@ -27,13 +27,20 @@ FULL_BATCH = 4096  # more than any client holds: every step sees all its samples
 TOL = {"atol": 2e-5, "rtol": 1e-4}
 
 
-def run(name: str, *overrides: str, clients: int = 2, rounds: int = 1, steps: int = 2):
+def run(
+    name: str,
+    *overrides: str,
+    clients: int = 2,
+    rounds: int = 1,
+    steps: int = 2,
+    model: str = "cnn-small",
+):
     """A run of ``name`` and, per client, its training (x, y) and validation (x, y)."""
     scenario = {
         "name": "reference",
         "seed": SEED,
         "data": {"dataset": "digits", "partition": "dirichlet", "alpha": 1.0},
-        "model": {"name": "cnn-small"},
+        "model": {"name": model},
         "algorithm": {"name": name, "steps": steps, "batch_size": FULL_BATCH, "lr": 0.05},
         "protocol": {"rounds": rounds},
         "clients": {"count": clients},
@@ -46,10 +53,9 @@ def run(name: str, *overrides: str, clients: int = 2, rounds: int = 1, steps: in
     return result, train, val
 
 
-def initial() -> nn.Module:
-    return build_model(
-        "cnn-small", input_shape=(1, 8, 8), num_classes=10, seed=derive_seed(SEED, "init")
-    )
+def initial(model: str = "cnn-small") -> nn.Module:
+    seed = derive_seed(SEED, "init")
+    return build_model(model, input_shape=(1, 8, 8), num_classes=10, seed=seed)
 
 
 def weights(module: nn.Module) -> dict[str, torch.Tensor]:
@@ -90,12 +96,22 @@ def squared_distance(model: nn.Module, anchor: dict[str, torch.Tensor]) -> torch
     return sum(((p - anchor[k]) ** 2).sum() for k, p in model.named_parameters())
 
 
-def loaded(params: dict[str, torch.Tensor]) -> nn.Module:
-    model = initial()
+def loaded(params: dict[str, torch.Tensor], model: str = "cnn-small") -> nn.Module:
+    """A fresh module holding ``params`` (and buffers, where given)."""
+    module = initial(model)
     with torch.no_grad():
-        for k, p in model.named_parameters():
-            p.copy_(params[k])
-    return model
+        for k, t in [*module.named_parameters(), *module.named_buffers()]:
+            if k in params:
+                t.copy_(params[k])
+    return module
+
+
+def tensors(module: nn.Module) -> dict[str, torch.Tensor]:
+    """Parameters and buffers."""
+    return {k: v.detach().clone() for k, v in [*module.named_parameters(), *module.named_buffers()]}
+
+
+HEAD = ("classifier.2.weight", "classifier.2.bias")
 
 
 # --- FedAvg family ------------------------------------------------------------------------
@@ -409,3 +425,150 @@ def test_fedgen_round_zero_is_fedavg_and_trains_the_generator():
     torch.testing.assert_close(prior, counts / counts.sum())
     server = result.events[result.events["phase"] == "server:train-generator"]
     assert len(server) == 1 and server["flops"].iloc[0] > 0
+
+
+# --- partial models: FedPer, FedRep, FedBABU, FedBN, LG-FedAvg ------------------------------
+def test_fedper_averages_the_body_and_keeps_each_head():
+    result, train, _ = run("fedper", rounds=2)
+    sizes = [len(y) for _, y in train]
+    models = [weights(initial()) for _ in train]
+    body = {k: v for k, v in models[0].items() if k not in HEAD}
+    for _ in range(2):
+        trained = [
+            weights(sgd(loaded({**m, **body}), x, y, 2, 0.05))
+            for m, (x, y) in zip(models, train, strict=True)
+        ]
+        body = average([{k: v for k, v in t.items() if k not in HEAD} for t in trained], sizes)
+        models = trained
+    assert_same(result.server_state["global"], body)
+    for i, model in enumerate(models):
+        assert_same(result.client_states[i]["local"], {k: model[k] for k in HEAD})
+
+
+def test_fedrep_trains_the_head_then_the_body_and_shares_the_body():
+    result, train, _ = run("fedrep", "algorithm.head_steps=3")
+    trained = []
+    for x, y in train:
+        model = initial()
+        head = [p for k, p in model.named_parameters() if k in HEAD]
+        body = [p for k, p in model.named_parameters() if k not in HEAD]
+        for params, steps in ((head, 3), (body, 2)):
+            optimizer = torch.optim.SGD(params, lr=0.05)
+            for _ in range(steps):
+                optimizer.zero_grad()
+                F.cross_entropy(model(x), y).backward()
+                optimizer.step()
+        trained.append(weights(model))
+    for i, t in enumerate(trained):
+        assert_same(result.client_states[i]["local"], t)
+    bodies = [{k: v for k, v in t.items() if k not in HEAD} for t in trained]
+    assert_same(result.server_state["global"], average(bodies, [len(y) for _, y in train]))
+
+
+@pytest.mark.parametrize("part", ["full", "head"])
+def test_fedbabu_trains_the_body_under_a_frozen_head_then_fine_tunes(part):
+    result, train, _ = run(
+        "fedbabu", "algorithm.finetune_steps=3", f"algorithm.finetune_part={part}"
+    )
+    init, trained = weights(initial()), []
+    for x, y in train:
+        model = initial()
+        body = [p for k, p in model.named_parameters() if k not in HEAD]
+        optimizer = torch.optim.SGD(body, lr=0.05)
+        for _ in range(2):
+            optimizer.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+            optimizer.step()
+        trained.append(weights(model))
+    bodies = [{k: v for k, v in t.items() if k not in HEAD} for t in trained]
+    body = average(bodies, [len(y) for _, y in train])
+    assert_same(result.server_state["global"], body)
+    for i, (x, y) in enumerate(train):  # the received global model (w_G^0: init) fine-tuned
+        model = loaded(init)
+        tuned = [p for k, p in model.named_parameters() if part == "full" or k in HEAD]
+        optimizer = torch.optim.SGD(tuned, lr=0.05)
+        for _ in range(3):
+            optimizer.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+            optimizer.step()
+        assert_same(result.client_states[i]["personal"], model)
+
+
+def test_fedbn_keeps_batchnorm_local_and_averages_the_rest():
+    result, train, _ = run("fedbn", model="cnn-small-bn")
+    trained = [tensors(sgd(initial("cnn-small-bn").train(), x, y, 2, 0.05)) for x, y in train]
+    norm = {k for k in trained[0] if k.startswith("features.1.") or k.startswith("features.5.")}
+    shared = [
+        {k: v for k, v in t.items() if k not in norm and v.is_floating_point()} for t in trained
+    ]
+    assert_same(result.server_state["global"], average(shared, [len(y) for _, y in train]))
+    for i, t in enumerate(trained):  # its own BatchNorm: affine parameters and statistics
+        state = result.client_states[i]["local"]
+        for k in norm:
+            got = state.params.get(k, state.buffers.get(k))
+            torch.testing.assert_close(got.to(t[k].dtype), t[k], **TOL)
+
+
+def features_of(model: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(logits, the classifier head's input) of a cnn-small forward."""
+    captured = {}
+    hook = model.classifier[2].register_forward_pre_hook(lambda m, args: captured.update(z=args[0]))
+    try:
+        logits = model(x)
+    finally:
+        hook.remove()
+    return logits, captured["z"]
+
+
+def test_moon_adds_the_model_contrastive_loss_over_two_rounds():
+    mu, tau = 0.7, 0.5
+    result, train, _ = run("moon", f"algorithm.mu={mu}", f"algorithm.temperature={tau}", rounds=2)
+    sizes = [len(y) for _, y in train]
+    w = weights(initial())
+    previous = [dict(w) for _ in train]
+    for _ in range(2):
+        trained = []
+        for i, (x, y) in enumerate(train):
+            model, glob, prev = loaded(w), loaded(w), loaded(previous[i])
+            with torch.no_grad():
+                z_glob, z_prev = features_of(glob, x)[1], features_of(prev, x)[1]
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+            for _ in range(2):  # eq. (2)-(3)
+                optimizer.zero_grad()
+                logits, z = features_of(model, x)
+                positive = F.cosine_similarity(z, z_glob, dim=1) / tau
+                negative = F.cosine_similarity(z, z_prev, dim=1) / tau
+                contrastive = -torch.log(positive.exp() / (positive.exp() + negative.exp()))
+                (F.cross_entropy(logits, y) + mu * contrastive.mean()).backward()
+                optimizer.step()
+            trained.append(weights(model))
+        previous, w = trained, average(trained, sizes)
+    assert_same(result.server_state["global"], w)
+
+
+def test_fedrod_trains_a_balanced_softmax_generic_model_and_an_additive_head():
+    result, train, _ = run("fedrod", "algorithm.personal_steps=2")
+    generic_models = []
+    for i, (x, y) in enumerate(train):
+        prior = torch.bincount(y, minlength=10).float()
+        log_prior = (prior / prior.sum()).clamp_min(1e-8).log()
+        model = initial()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+        for _ in range(2):  # the generic model: CE(logits + log pi_i, y)
+            optimizer.zero_grad()
+            F.cross_entropy(model(x) + log_prior, y).backward()
+            optimizer.step()
+        generic = weights(model)
+        generic_models.append(generic)
+        head_model = loaded(generic)  # personal head (zeros at first) added to the generic
+        head = [p for k, p in head_model.named_parameters() if k in HEAD]
+        optimizer = torch.optim.SGD(head, lr=0.05)
+        for _ in range(2):
+            optimizer.zero_grad()
+            F.cross_entropy(head_model(x), y).backward()
+            optimizer.step()
+        tuned = weights(head_model)
+        personal_head = {k: tuned[k] - generic[k] for k in HEAD}
+        assert_same(result.client_states[i]["personal_head"], personal_head)
+    average_generic = average(generic_models, [len(y) for _, y in train])
+    assert_same(result.server_state["global"], average_generic)
