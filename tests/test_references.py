@@ -572,3 +572,83 @@ def test_fedrod_trains_a_balanced_softmax_generic_model_and_an_additive_head():
         assert_same(result.client_states[i]["personal_head"], personal_head)
     average_generic = average(generic_models, [len(y) for _, y in train])
     assert_same(result.server_state["global"], average_generic)
+
+
+# --- per-client server models: KAPC, FedAMP ------------------------------------------------
+LAYERS = [
+    ("features.0.weight", "features.0.bias"),
+    ("features.3.weight", "features.3.bias"),
+    ("classifier.0.weight", "classifier.0.bias"),
+    HEAD,
+]
+
+
+def mixed_models(weights_ijl: torch.Tensor, models: list[dict[str, torch.Tensor]]):
+    """s^l_i = sum_j weights[i, l, j] w^l_j."""
+    out = []
+    for i in range(len(models)):
+        s = {}
+        for layer, names in enumerate(LAYERS):
+            for k in names:
+                s[k] = sum(float(weights_ijl[i, layer, j]) * m[k] for j, m in enumerate(models))
+        out.append(s)
+    return out
+
+
+def pulled_sgd(start, x, y, anchor, lam, steps, lr):
+    """SGD on CE + lam ||w - anchor||^2 (KAPC's eq. 16)."""
+    return weights(sgd(loaded(start), x, y, steps, lr, lambda m: lam * squared_distance(m, anchor)))
+
+
+def test_kapc_updates_the_cube_by_eq_12_and_coaches_toward_s_i_over_two_rounds():
+    from mecsim.rng import numpy_rng
+
+    lam, beta, relation_lr = 1.0, 0.005, 0.01
+    result, train, _ = run("kapc", clients=3, rounds=2)
+    n = len(train)
+    seed = int(numpy_rng(SEED, "algorithm", "cube").integers(2**62))
+    cube = torch.rand(
+        n, len(LAYERS), n, generator=torch.Generator().manual_seed(seed), dtype=torch.float64
+    )
+    cube = cube / cube.sum(-1, keepdim=True)
+    models = [weights(initial()) for _ in range(n)]
+    for _ in range(2):
+        grads = torch.zeros_like(cube)
+        for layer, names in enumerate(LAYERS):
+            flat = torch.stack(
+                [torch.cat([m[k].reshape(-1) for k in names]) for m in models]
+            ).double()
+            gram = flat @ flat.T
+            rows = cube[:, layer, :]
+            grads[:, layer, :] = lam * 2 * (rows @ gram - gram) + beta * (rows - 1 / n)
+        cube = (cube - relation_lr * grads).clamp_min(0)
+        cube = cube / cube.sum(-1, keepdim=True)
+        targets = mixed_models(cube, models)
+        models = [
+            pulled_sgd(models[i], x, y, targets[i], lam, 2, 0.05) for i, (x, y) in enumerate(train)
+        ]
+    torch.testing.assert_close(result.server_state["cube"], cube)
+    for i, m in enumerate(models):
+        assert_same(result.client_states[i]["local"], m)
+
+
+def test_fedamp_coaches_each_client_toward_its_attention_weighted_cloud_model():
+    lam, sigma, own = 1.0, 1.0, 0.5
+    result, train, _ = run("fedamp", clients=3, rounds=2)
+    n = len(train)
+    models = [weights(initial()) for _ in range(n)]
+    for _ in range(2):
+        flat = torch.stack([torch.cat([m[k].reshape(-1) for k in m]) for m in models]).double()
+        cosine = F.cosine_similarity(flat[:, None, :], flat[None, :, :], dim=-1)
+        xi = torch.zeros(n, n, dtype=torch.float64)
+        for i in range(n):
+            others = [j for j in range(n) if j != i]
+            attention = torch.softmax(sigma * cosine[i, others], dim=0)
+            xi[i, others] = (1 - own) * attention
+            xi[i, i] = own
+        targets = mixed_models(xi[:, None, :].expand(n, len(LAYERS), n), models)
+        models = [
+            pulled_sgd(models[i], x, y, targets[i], lam, 2, 0.05) for i, (x, y) in enumerate(train)
+        ]
+    for i, m in enumerate(models):
+        assert_same(result.client_states[i]["local"], m)
