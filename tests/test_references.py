@@ -652,3 +652,47 @@ def test_fedamp_coaches_each_client_toward_its_attention_weighted_cloud_model():
         ]
     for i, m in enumerate(models):
         assert_same(result.client_states[i]["local"], m)
+
+
+def test_pfedla_steps_each_hypernetwork_along_its_clients_update_over_two_rounds():
+    """alpha_i = softmax per layer of HN_i(v_i); theta-bar_i = sum_j alpha^l_ij theta^l_j;
+    after training, one Adam step (torch.optim.Adam) ascends <theta-bar_i(phi), Delta_i>.
+    mecsim supplies the hypernetworks' seeded initial values (init_hypernetworks)."""
+    from mecsim.algorithms.pfedla import PFedLASettings, init_hypernetworks
+    from mecsim.rng import numpy_rng
+
+    result, train, _ = run("pfedla", clients=3, rounds=2)
+    n, layers, hn_lr = len(train), len(LAYERS), 0.005
+    seed = int(numpy_rng(SEED, "algorithm", "hypernetworks").integers(2**62))
+    start = init_hypernetworks(n, layers, PFedLASettings(), seed)
+    nets = [{k: v[i].clone().requires_grad_(True) for k, v in start.items()} for i in range(n)]
+    optimizers = [torch.optim.Adam(list(net.values()), lr=hn_lr) for net in nets]
+
+    def alpha(net):
+        hidden = torch.relu(net["embedding"] @ net["w1"] + net["b1"])
+        hidden = torch.relu(hidden @ net["w2"] + net["b2"])
+        return torch.softmax((hidden @ net["head"] + net["head_bias"]).view(layers, n), dim=-1)
+
+    models = [weights(initial()) for _ in range(n)]
+    for _ in range(2):
+        with torch.no_grad():
+            cube = torch.stack([alpha(net) for net in nets])
+        bars = mixed_models(cube, models)
+        trained = [weights(sgd(loaded(bars[i]), x, y, 2, 0.05)) for i, (x, y) in enumerate(train)]
+        for i in range(n):
+            directions = torch.zeros(layers, n, dtype=torch.float64)
+            for layer, names in enumerate(LAYERS):
+                for j in range(n):
+                    directions[layer, j] = sum(
+                        (models[j][k].double() * (trained[i][k] - bars[i][k]).double()).sum()
+                        for k in names
+                    )
+            optimizers[i].zero_grad()
+            (-(alpha(nets[i]) * directions).sum()).backward()
+            optimizers[i].step()
+        models = trained
+    for i, m in enumerate(models):
+        assert_same(result.client_states[i]["local"], m)
+    for k, v in result.server_state["hypernetworks"].items():
+        for i in range(n):
+            torch.testing.assert_close(v[i], nets[i][k].detach(), atol=1e-7, rtol=1e-5)
