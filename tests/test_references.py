@@ -50,7 +50,12 @@ def run(
     data = build_data(result.scenario, torch.device("cpu"))
     train = [(data.x_train[i], data.y_train[i]) for i in data.train]
     val = [(data.x_train[i], data.y_train[i]) for i in data.val]
+    PUBLIC.update(x=data.x_public, y=data.y_public)
     return result, train, val
+
+
+PUBLIC: dict[str, torch.Tensor] = {}
+"""The last run's public split (x, y)."""
 
 
 def initial(model: str = "cnn-small") -> nn.Module:
@@ -696,3 +701,72 @@ def test_pfedla_steps_each_hypernetwork_along_its_clients_update_over_two_rounds
     for k, v in result.server_state["hypernetworks"].items():
         for i in range(n):
             torch.testing.assert_close(v[i], nets[i][k].detach(), atol=1e-7, rtol=1e-5)
+
+
+# --- prediction exchange on the public split: DS-FL, FedMD ---------------------------------
+LOGIT_KEYS = (
+    "data.public_size=40",
+    "algorithm.public_batch_size=4096",
+    "algorithm.distill_steps=2",
+)
+
+
+def logit_rounds(train, first, distill, predict, aggregate, rounds=2):
+    """Each client's model after ``rounds`` rounds of: (round 0) ``first(model, x, y)``;
+    (later) two full-batch SGD steps of ``distill(logits on P, target)``, then two of
+    cross-entropy; then its upload ``predict(logits on P)``; the server's
+    ``aggregate(uploads)`` is the next target. Returns (models, the last target)."""
+    x_public = PUBLIC["x"]
+    models, target = [initial() for _ in train], None
+    for round_ in range(rounds):
+        uploads = []
+        for model, (x, y) in zip(models, train, strict=True):
+            if round_ == 0:
+                first(model, x, y)
+            else:
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+                for _ in range(2):
+                    optimizer.zero_grad()
+                    distill(model(x_public), target).backward()
+                    optimizer.step()
+                sgd(model, x, y, 2, 0.05)
+            with torch.no_grad():
+                uploads.append(predict(model.eval()(x_public)))
+            model.train()
+        target = aggregate(torch.stack(uploads))
+    return models, target
+
+
+def test_dsfl_distils_toward_the_entropy_reduced_average():
+    temperature = 0.1
+    result, train, _ = run("dsfl", *LOGIT_KEYS, rounds=2)
+    models, target = logit_rounds(
+        train,
+        first=lambda model, x, y: sgd(model, x, y, 2, 0.05),
+        distill=lambda logits, t: -(t * F.log_softmax(logits, dim=-1)).sum(-1).mean(),
+        predict=lambda logits: F.softmax(logits, dim=-1),
+        aggregate=lambda p: F.softmax(p.mean(0) / temperature, dim=-1),
+    )
+    torch.testing.assert_close(result.server_state["target"], target, **TOL)
+    for i, model in enumerate(models):
+        assert_same(result.client_states[i]["local"], model)
+
+
+def test_fedmd_transfers_then_digests_the_consensus_of_class_scores():
+    transfer = 3
+    result, train, _ = run("fedmd", *LOGIT_KEYS, f"algorithm.transfer_epochs={transfer}", rounds=2)
+
+    def transfer_learning(model, x, y):  # full-batch epochs: one step each
+        sgd(model, PUBLIC["x"], PUBLIC["y"], transfer, 0.05)
+        sgd(model, x, y, transfer, 0.05)
+
+    models, target = logit_rounds(
+        train,
+        first=transfer_learning,
+        distill=lambda logits, t: (logits - t).abs().mean(),
+        predict=lambda logits: logits,
+        aggregate=lambda p: p.mean(0),
+    )
+    torch.testing.assert_close(result.server_state["target"], target, **TOL)
+    for i, model in enumerate(models):
+        assert_same(result.client_states[i]["local"], model)
