@@ -713,21 +713,21 @@ LOGIT_KEYS = (
 
 def logit_rounds(train, first, distill, predict, aggregate, rounds=2):
     """Each client's model after ``rounds`` rounds of: (round 0) ``first(model, x, y)``;
-    (later) two full-batch SGD steps of ``distill(logits on P, target)``, then two of
+    (later) two full-batch SGD steps of ``distill(logits on P, target, client)``, then two of
     cross-entropy; then its upload ``predict(logits on P)``; the server's
     ``aggregate(uploads)`` is the next target. Returns (models, the last target)."""
     x_public = PUBLIC["x"]
     models, target = [initial() for _ in train], None
     for round_ in range(rounds):
         uploads = []
-        for model, (x, y) in zip(models, train, strict=True):
+        for i, (model, (x, y)) in enumerate(zip(models, train, strict=True)):
             if round_ == 0:
                 first(model, x, y)
             else:
                 optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
                 for _ in range(2):
                     optimizer.zero_grad()
-                    distill(model(x_public), target).backward()
+                    distill(model(x_public), target, i).backward()
                     optimizer.step()
                 sgd(model, x, y, 2, 0.05)
             with torch.no_grad():
@@ -743,7 +743,7 @@ def test_dsfl_distils_toward_the_entropy_reduced_average():
     models, target = logit_rounds(
         train,
         first=lambda model, x, y: sgd(model, x, y, 2, 0.05),
-        distill=lambda logits, t: -(t * F.log_softmax(logits, dim=-1)).sum(-1).mean(),
+        distill=lambda logits, t, i: -(t * F.log_softmax(logits, dim=-1)).sum(-1).mean(),
         predict=lambda logits: F.softmax(logits, dim=-1),
         aggregate=lambda p: F.softmax(p.mean(0) / temperature, dim=-1),
     )
@@ -763,10 +763,47 @@ def test_fedmd_transfers_then_digests_the_consensus_of_class_scores():
     models, target = logit_rounds(
         train,
         first=transfer_learning,
-        distill=lambda logits, t: (logits - t).abs().mean(),
+        distill=lambda logits, t, i: (logits - t).abs().mean(),
         predict=lambda logits: logits,
         aggregate=lambda p: p.mean(0),
     )
     torch.testing.assert_close(result.server_state["target"], target, **TOL)
+    for i, model in enumerate(models):
+        assert_same(result.client_states[i]["local"], model)
+
+
+def test_ktpfl_learns_the_coefficients_and_sends_each_client_its_mixture():
+    lam, rho, temperature, c_lr = 1.0, 0.5, 1.0, 0.5
+    result, train, _ = run("ktpfl", *LOGIT_KEYS, rounds=2)
+    n = len(train)
+    state = {"c": torch.full((n, n), 1.0 / n, dtype=torch.float64), "targets": None}
+
+    def aggregate(predictions):  # one projected gradient step on J, then each row's mixture
+        p = predictions.double()
+        c = state["c"].clone().requires_grad_(True)
+        weights = c / c.sum(1, keepdim=True)
+        mixed = torch.einsum("nm,mpk->npk", weights, p)
+        kl = (mixed * (mixed.log() - p.log())).sum(-1).mean(-1)
+        objective = lam * kl.sum() + rho / 2 * ((c - 1 / n) ** 2).sum()
+        (grad,) = torch.autograd.grad(objective, c)
+        state["c"] = (c.detach() - c_lr * grad).clamp_min(0)
+        weights = state["c"] / state["c"].sum(1, keepdim=True)
+        state["targets"] = torch.einsum("nm,mpk->npk", weights, p).float()
+        return state["targets"]
+
+    def distill(logits, targets, i):  # lambda T^2 KL(s~_n || softmax(logits / T))
+        target = targets[i]
+        log_student = F.log_softmax(logits / temperature, dim=-1)
+        kl = (target * (target.clamp_min(1e-30).log() - log_student)).sum(-1).mean()
+        return lam * temperature**2 * kl
+
+    models, _ = logit_rounds(
+        train,
+        first=lambda model, x, y: sgd(model, x, y, 2, 0.05),
+        distill=distill,
+        predict=lambda logits: F.softmax(logits / temperature, dim=-1),
+        aggregate=aggregate,
+    )
+    torch.testing.assert_close(result.server_state["coefficients"], state["c"], **TOL)
     for i, model in enumerate(models):
         assert_same(result.client_states[i]["local"], model)
