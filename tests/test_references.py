@@ -807,3 +807,25 @@ def test_ktpfl_learns_the_coefficients_and_sends_each_client_its_mixture():
     torch.testing.assert_close(result.server_state["coefficients"], state["c"], **TOL)
     for i, model in enumerate(models):
         assert_same(result.client_states[i]["local"], model)
+
+
+def test_comet_codistills_toward_the_centroid_of_the_soft_decisions():
+    """c = 1 (k-means is then the mean, whatever its start): round 1 trains on eq. (2),
+    CE on the private batch + lambda mean_x ||s_bar(x) - softmax(w(x))||^2 on P."""
+    lam = 2.0
+    result, train, _ = run(
+        "comet", "data.public_size=40", "algorithm.public_batch_size=4096",
+        "algorithm.clusters=1", "algorithm.lr=0.05", "algorithm.batch_size=4096", rounds=2,
+    )  # fmt: skip
+    x_public = PUBLIC["x"]
+    models = [sgd(initial(), x, y, 2, 0.05) for x, y in train]
+    with torch.no_grad():
+        centroid = torch.stack([F.softmax(m(x_public), dim=-1) for m in models]).mean(0)
+    for model, (x, y) in zip(models, train, strict=True):
+        gap = lambda m: lam * ((centroid - F.softmax(m(x_public), -1)) ** 2).sum(-1).mean()  # noqa: E731
+        sgd(model, x, y, 2, 0.05, gap)
+    with torch.no_grad():
+        centroid = torch.stack([F.softmax(m(x_public), dim=-1) for m in models]).mean(0)
+    torch.testing.assert_close(result.server_state["centroids"][0], centroid, **TOL)
+    for i, model in enumerate(models):
+        assert_same(result.client_states[i]["local"], model)
