@@ -829,3 +829,26 @@ def test_comet_codistills_toward_the_centroid_of_the_soft_decisions():
     torch.testing.assert_close(result.server_state["centroids"][0], centroid, **TOL)
     for i, model in enumerate(models):
         assert_same(result.client_states[i]["local"], model)
+
+
+def test_feddf_distils_the_average_toward_the_client_ensemble_on_the_server():
+    steps, lr, momentum, temperature = 3, 0.02, 0.9, 2.0
+    result, train, _ = run(
+        "feddf", "data.public_size=40", "algorithm.public_batch_size=4096",
+        f"algorithm.distill_steps={steps}", f"algorithm.distill_lr={lr}",
+        f"algorithm.distill_momentum={momentum}", f"algorithm.temperature={temperature}",
+    )  # fmt: skip
+    x_public = PUBLIC["x"]
+    clients = [sgd(initial(), x, y, 2, 0.05) for x, y in train]
+    student = loaded(average([weights(c) for c in clients], [len(y) for _, y in train]))
+    with torch.no_grad():  # AVGLOGITS: the mean of the teachers' logits
+        ensemble = torch.stack([c(x_public) for c in clients]).mean(0)
+    teacher = F.softmax(ensemble / temperature, dim=-1)
+    optimizer = torch.optim.SGD(student.parameters(), lr=lr, momentum=momentum)
+    for _ in range(steps):  # T^2 KL(teacher || student)
+        optimizer.zero_grad()
+        log_student = F.log_softmax(student(x_public) / temperature, dim=-1)
+        kl = F.kl_div(log_student, teacher, reduction="batchmean")
+        (temperature**2 * kl).backward()
+        optimizer.step()
+    assert_same(result.server_state["global"], student)
