@@ -852,3 +852,49 @@ def test_feddf_distils_the_average_toward_the_client_ensemble_on_the_server():
         (temperature**2 * kl).backward()
         optimizer.step()
     assert_same(result.server_state["global"], student)
+
+
+def test_persfl_keeps_the_best_received_model_as_teacher_then_distils_a_grid():
+    grid_t, grid_lam, epochs = [1.0, 4.0], [0.5, 1.0], 2
+    result, train, val = run(
+        "persfl", "data.val_fraction=0.3", "algorithm.fl_rounds=2",
+        f"algorithm.distill_epochs={epochs}", "algorithm.temperatures=[1, 4]",
+        "algorithm.imitations=[0.5, 1]", rounds=3,
+    )  # fmt: skip
+    sizes = [len(y) for _, y in train]
+
+    def val_loss(model, i):
+        with torch.no_grad():
+            return float(F.cross_entropy(model.eval()(val[i][0]), val[i][1]))
+
+    w = weights(initial())
+    teachers, best = [None] * len(train), [float("inf")] * len(train)
+    for round_ in range(3):
+        for i in range(len(train)):  # eq. (2): the received model, if its val loss is lowest
+            loss = val_loss(loaded(w), i)
+            if loss < best[i] or teachers[i] is None:
+                teachers[i], best[i] = dict(w), loss
+        if round_ < 2:
+            w = average([weights(sgd(loaded(w), x, y, 2, 0.05)) for x, y in train], sizes)
+    for i, (x, y) in enumerate(train):
+        teacher = loaded(teachers[i]).eval()
+        with torch.no_grad():
+            teacher_logits = teacher(x)
+        chosen, chosen_acc = None, -1.0
+        for t in grid_t:
+            for lam in grid_lam:
+                student = loaded(teachers[i])
+                target = F.softmax(teacher_logits / t, dim=-1)
+                optimizer = torch.optim.SGD(student.parameters(), lr=0.05)
+                for _ in range(epochs):  # (1 - lambda) CE + lambda T^2 KL(teacher || student)
+                    optimizer.zero_grad()
+                    logits = student(x)
+                    log_student = F.log_softmax(logits / t, dim=-1)
+                    soft = t**2 * F.kl_div(log_student, target, reduction="batchmean")
+                    ((1 - lam) * F.cross_entropy(logits, y) + lam * soft).backward()
+                    optimizer.step()
+                with torch.no_grad():
+                    acc = float((student.eval()(val[i][0]).argmax(1) == val[i][1]).float().mean())
+                if acc > chosen_acc:
+                    chosen, chosen_acc = student, acc
+        assert_same(result.client_states[i]["personal"], chosen)
