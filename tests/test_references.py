@@ -11,6 +11,7 @@ initial model; no algorithm code of mecsim runs in a reference.
 from __future__ import annotations
 
 import copy
+import math
 
 import pytest
 import torch
@@ -898,3 +899,39 @@ def test_persfl_keeps_the_best_received_model_as_teacher_then_distils_a_grid():
                 if acc > chosen_acc:
                     chosen, chosen_acc = student, acc
         assert_same(result.client_states[i]["personal"], chosen)
+
+
+def test_scd_co_distils_the_generic_and_personal_models_by_their_spectra():
+    """Eq. (5): the generic model, from w_G, trains on CE + lambda_g D(s_tau(w) || s_tau(w_p));
+    eq. (4): the personal model on CE + lambda_p D(s(w_p) || s(w_G,i)) toward the updated
+    generic model; s = |FFT| of all weights flattened, truncated to tau, at unit mean."""
+    tau, lambda_g, lambda_p, momentum = 0.4, 0.05, 0.01, 0.5
+    result, train, _ = run("scd", "algorithm.personal_steps=2")
+
+    def spec(model_or_params, keep):
+        params = model_or_params
+        if isinstance(params, nn.Module):
+            params = dict(params.named_parameters())
+        flat = torch.cat([p.reshape(-1) for p in params.values()])
+        magnitude = torch.fft.fft(flat).abs()[: math.ceil(keep * flat.numel())]
+        return magnitude / magnitude.mean()
+
+    def divergence(p, q):
+        return (p * (p.clamp_min(1e-12).log() - q.clamp_min(1e-12).log())).sum()
+
+    generics = []
+    for i, (x, y) in enumerate(train):
+        personal_before = weights(initial())
+        target = spec(personal_before, tau).detach()
+        generic = sgd(
+            initial(), x, y, 2, 0.05, lambda m, t=target: lambda_g * divergence(spec(m, tau), t),
+            momentum=momentum,
+        )  # fmt: skip
+        generics.append(weights(generic))
+        target = spec(generic, 1.0).detach()
+        personal = sgd(
+            loaded(personal_before), x, y, 2, 0.05,
+            lambda m, t=target: lambda_p * divergence(spec(m, 1.0), t), momentum=momentum,
+        )  # fmt: skip
+        assert_same(result.client_states[i]["personal"], personal)
+    assert_same(result.server_state["global"], average(generics, [len(y) for _, y in train]))
