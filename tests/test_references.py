@@ -280,7 +280,7 @@ def test_perfedavg_personal_model_is_one_step_from_the_received_model():
         assert_same(result.client_states[i]["personal"], sgd(initial(), x, y, 1, alpha))
 
 
-@pytest.mark.parametrize("hessian_free", [False, True])
+@pytest.mark.parametrize("hessian_free", [False, True], ids=["perfedavg", "perfedavg_hf"])
 def test_perfedavg_local_step_is_the_maml_step(hessian_free):
     """One step of mecsim's Per-FedAvg loss on batches D, D', D'' equals the MAML step
     written with autograd: FO ``grad f(w~; D')``; HF ``(I - alpha H(w; D'')) grad f(w~; D')``
@@ -935,3 +935,91 @@ def test_scd_co_distils_the_generic_and_personal_models_by_their_spectra():
         )  # fmt: skip
         assert_same(result.client_states[i]["personal"], personal)
     assert_same(result.server_state["global"], average(generics, [len(y) for _, y in train]))
+
+
+def test_kapc_bls_withholds_self_related_layers_and_uploads_leading_layers_over_two_rounds():
+    """Algorithm 3: layer l of s_i goes down only when r^l_ii <= mu; a client regularizes a
+    layer it did not receive, and (eq. 20) every layer beyond its Omega_i, toward its own
+    last-round model; its first selection uploads L - 1 layers (Algorithm 4, lines 3-9),
+    so the server's copy of the head stays at its initial value."""
+    from mecsim.rng import numpy_rng
+
+    lam, beta, relation_lr, mu = 1.0, 0.005, 0.01, 0.4
+    result, train, _ = run("kapc_bls", f"algorithm.mu={mu}", clients=3, rounds=2)
+    n = len(train)
+    seed = int(numpy_rng(SEED, "algorithm", "cube").integers(2**62))
+    generator = torch.Generator().manual_seed(seed)
+    cube = torch.rand(n, len(LAYERS), n, generator=generator, dtype=torch.float64)
+    cube = cube / cube.sum(-1, keepdim=True)
+    stored = [weights(initial()) for _ in range(n)]  # the server's bank
+    own = [weights(initial()) for _ in range(n)]  # each client's model
+    omega = [len(LAYERS)] * n
+    withheld = 0
+    for _ in range(2):
+        grads = torch.zeros_like(cube)
+        for layer, names in enumerate(LAYERS):
+            flat = torch.stack([torch.cat([m[k].reshape(-1) for k in names]) for m in stored])
+            gram = flat.double() @ flat.double().T
+            rows = cube[:, layer, :]
+            grads[:, layer, :] = lam * 2 * (rows @ gram - gram) + beta * (rows - 1 / n)
+        cube = (cube - relation_lr * grads).clamp_min(0)
+        cube = cube / cube.sum(-1, keepdim=True)
+        targets = mixed_models(cube, stored)
+        for i, (x, y) in enumerate(train):
+            anchor = {}
+            for layer, names in enumerate(LAYERS):
+                sent = float(cube[i, layer, i]) <= mu and layer < omega[i]
+                withheld += float(cube[i, layer, i]) > mu
+                for k in names:
+                    anchor[k] = targets[i][k] if sent else own[i][k]
+            own[i] = pulled_sgd(own[i], x, y, anchor, lam, 2, 0.05)
+        omega = [len(LAYERS) - 1] * n  # the first selection: L - 1 layers
+        for i in range(n):
+            stored[i] = {**stored[i], **{k: own[i][k] for names in LAYERS[:-1] for k in names}}
+    assert withheld > 0  # mu withholds some layers here, so the test exercises Algorithm 3
+    for i, m in enumerate(own):
+        assert_same(result.client_states[i]["local"], m)
+
+
+def test_fedgen_client_loss_is_eq_5_plus_the_codes_latent_term():
+    """CE(f(x), y) + a CE(g(G(z, y^)), y^) + b KL(softmax(g(G(z, y))) || softmax(f(x))) with
+    z and y^ the bank rows of the batch's sample indices, written out here."""
+    from mecsim.algorithms.fedgen import BANK_Y, BANK_Z, GEN, WEIGHTS, fedgen_loss
+    from mecsim.training import ModelFunction
+
+    torch.manual_seed(1)
+    model, a, b = initial(), 0.7, 0.3
+    generator = nn.Sequential(nn.Linear(4 + 10, 16), nn.ReLU(), nn.Linear(16, 64))
+    x, y, i = torch.randn(6, 1, 8, 8), torch.randint(0, 10, (6,)), torch.arange(6) * 5
+    bank_z, bank_y = torch.randn(8, 4), torch.randint(0, 10, (8,))
+    z, sampled = bank_z[i % 8], bank_y[i % 8]
+
+    def head(features):
+        return model.classifier[2](features)
+
+    with torch.no_grad():
+        real = F.softmax(head(generator(torch.cat([z, F.one_hot(y, 10).float()], 1))), -1)
+    logits = model(x)
+    generated = head(generator(torch.cat([z, F.one_hot(sampled, 10).float()], 1)))
+    expected = (
+        F.cross_entropy(logits, y)
+        + a * F.cross_entropy(generated, sampled)
+        + b * F.kl_div(F.log_softmax(logits, -1), real, reduction="batchmean")
+    )
+    consts = {GEN + k: v.detach() for k, v in generator.named_parameters()}
+    consts.update({BANK_Z: bank_z, BANK_Y: bank_y, WEIGHTS: torch.tensor([a, b])})
+    params = {k: v.detach() for k, v in model.named_parameters()}
+    function = ModelFunction(copy.deepcopy(model), hand_batched=False)
+    loss = fedgen_loss("train", HEAD, 10)
+    value = loss(function.bind(params, {}), params, {"train": {"x": x, "y": y, "i": i}}, consts)
+    torch.testing.assert_close(value, expected.detach())
+
+
+def test_every_algorithm_has_a_reference_test_here():
+    from pathlib import Path
+
+    from mecsim.algorithms import ALGORITHMS
+
+    source = Path(__file__).read_text()
+    missing = [n for n in ALGORITHMS.names() if f'"{n}"' not in source]
+    assert not missing, f"no reference test names {missing}"
