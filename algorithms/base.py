@@ -14,10 +14,15 @@ loop. It declares:
   class attribute ``tasks`` by default; multi-stage algorithms vary it by
   round). At most one task is marked ``uploads``: compute-and-wait runs
   every task then uploads; a wait-free protocol uploads right after it;
-* per task - the model it starts from (:meth:`begin_task`), its constants
-  (:meth:`task_constants`), its loss (:meth:`loss`, a pure function, see
-  :mod:`mecsim.training`), its schedule (:meth:`schedule`) and where the
-  result goes (:meth:`end_task`);
+* per task - the model it starts from, its constants, its loss (a pure
+  function, see :mod:`mecsim.training`), its schedule, the element-wise FLOPs
+  its loss adds, and where the result goes: declared on the :class:`Task`
+  itself (``start``, ``constants``, ``loss``, ``schedule``, ``extra_flops``,
+  ``finish``), or, for every task that declares none, the algorithm-wide
+  hooks :meth:`begin_task`, :meth:`task_constants`, :meth:`loss`,
+  :meth:`schedule`, :meth:`extra_flops` and :meth:`end_task`. The engine asks
+  :func:`start_of`, :func:`constants_of`, :func:`loss_of`, :func:`schedule_of`,
+  :func:`extra_flops_of` and :func:`finish`, which take the task's own first;
 * server work - :meth:`aggregate` (pure averaging, FLOPs from
   :meth:`aggregation_flops`), :meth:`prepare_downlinks` (work on a
   synchronous round's selection before its downloads, FLOPs from
@@ -36,8 +41,8 @@ split is then downloaded once by every client, as a timed event).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
 import numpy as np
@@ -100,6 +105,20 @@ class Task:
         also: further batches drawn every step, as ``(split, batch_size)``
             (e.g. COMET's public mini-batch of size b').
         uploads: the upload payload is ready once this task ends.
+
+    Its behaviour, each optional (None: the algorithm's hook of that name), a
+    function of the algorithm first, so it reads the algorithm's settings:
+
+        start(algorithm, task, state, payload, ctx) -> ModelState   the model it starts from
+        constants(algorithm, task, state, payload, ctx) -> TensorDict   what its loss reads
+        loss(algorithm, task) -> Loss                                the pure loss
+        schedule(algorithm, task) -> Schedule                        epochs, rate, trainable
+        extra_flops(algorithm, task, start, steps) -> int            element-wise work
+        finish(algorithm, task, state, result, ctx) -> None          where the result goes
+
+    Behaviour is not part of a task's identity (equality and hashing read the
+    fields above it only), so ``dataclasses.replace(task, loss=...)`` is the same
+    task with another loss.
     """
 
     name: str
@@ -108,6 +127,12 @@ class Task:
     split: str = "train"
     also: tuple[tuple[str, int], ...] = ()
     uploads: bool = False
+    start: Callable[..., ModelState] | None = field(default=None, compare=False, repr=False)
+    constants: Callable[..., TensorDict] | None = field(default=None, compare=False, repr=False)
+    loss: Callable[..., Loss] | None = field(default=None, compare=False, repr=False)
+    schedule: Callable[..., Schedule] | None = field(default=None, compare=False, repr=False)
+    extra_flops: Callable[..., int] | None = field(default=None, compare=False, repr=False)
+    finish: Callable[..., None] | None = field(default=None, compare=False, repr=False)
 
     @property
     def splits(self) -> tuple[str, ...]:
@@ -343,3 +368,51 @@ class Algorithm:
     ) -> ModelState | None:
         """Model evaluated on the client's local test split. Default: none."""
         return None
+
+
+# --- what the engine asks: a task's own behaviour first, else the algorithm's hook ---------
+def start_of(
+    algorithm: Algorithm, task: Task, state: ClientState, payload: Payload | None, ctx: RoundContext
+) -> ModelState:
+    """The model ``task`` starts from."""
+    if task.start is not None:
+        return task.start(algorithm, task, state, payload, ctx)
+    return algorithm.begin_task(task, state, payload, ctx)
+
+
+def constants_of(
+    algorithm: Algorithm, task: Task, state: ClientState, payload: Payload | None, ctx: RoundContext
+) -> TensorDict:
+    """The constant tensors ``task``'s loss reads."""
+    if task.constants is not None:
+        return task.constants(algorithm, task, state, payload, ctx)
+    return algorithm.task_constants(task, state, payload, ctx)
+
+
+def loss_of(algorithm: Algorithm, task: Task) -> Loss:
+    """``task``'s loss."""
+    return task.loss(algorithm, task) if task.loss is not None else algorithm.loss(task)
+
+
+def schedule_of(algorithm: Algorithm, task: Task) -> Schedule:
+    """``task``'s training schedule."""
+    if task.schedule is not None:
+        return task.schedule(algorithm, task)
+    return algorithm.schedule(task)
+
+
+def extra_flops_of(algorithm: Algorithm, task: Task, start: ModelState, steps: int) -> int:
+    """FLOPs ``task``'s loss adds that no module meters, over ``steps`` steps."""
+    if task.extra_flops is not None:
+        return task.extra_flops(algorithm, task, start, steps)
+    return algorithm.extra_flops(task, start, steps)
+
+
+def finish(
+    algorithm: Algorithm, task: Task, state: ClientState, result: TrainResult, ctx: RoundContext
+) -> None:
+    """Store ``task``'s result in the client's (or server's) state."""
+    if task.finish is not None:
+        task.finish(algorithm, task, state, result, ctx)
+    else:
+        algorithm.end_task(task, state, result, ctx)

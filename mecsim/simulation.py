@@ -29,6 +29,8 @@ from mecsim.algorithms.base import (
     ServerState,
     Task,
     Upload,
+    schedule_of,
+    start_of,
 )
 from mecsim.channels.sharing import Reception, Transmission
 from mecsim.checkpoint import Ledger
@@ -748,9 +750,9 @@ class Simulation:
         state = self.client_states[client]
         job = ClientJob(client, round_, state, payload, self.indices[client])
         ctx = job_context(job, self.seed)
-        start = algorithm.begin_task(task, state, payload, ctx)
+        start = start_of(algorithm, task, state, payload, ctx)
         consts = self.training.constants(task, state, start, payload, ctx)
-        schedule = algorithm.schedule(task)
+        schedule = schedule_of(algorithm, task)
         flops = step_flops(self.training, client, task, schedule, start, consts, job.indices)
         extra = self.training.extra_flops(task, start, consts, 2) - self.training.extra_flops(
             task, start, consts, 1

@@ -19,7 +19,18 @@ from typing import Protocol
 import torch
 from torch import Tensor
 
-from mecsim.algorithms.base import Algorithm, ClientState, RoundContext, Task
+from mecsim.algorithms.base import (
+    Algorithm,
+    ClientState,
+    RoundContext,
+    Task,
+    constants_of,
+    extra_flops_of,
+    finish,
+    loss_of,
+    schedule_of,
+    start_of,
+)
 from mecsim.algorithms.losses import proximal
 from mecsim.cost import StepMeter
 from mecsim.errors import ConfigError
@@ -111,7 +122,7 @@ class TrainingContext:
         rctx: RoundContext,
     ) -> TensorDict:
         """The task's constants: the algorithm's, plus the proximal anchor (received weights)."""
-        consts = self.algorithm.task_constants(task, state, payload, rctx)
+        consts = constants_of(self.algorithm, task, state, payload, rctx)
         if self._anchored(task) and payload:
             anchor = {ANCHOR + k: payload[k] for k in start.params if k in payload}
             consts = {**consts, **anchor}
@@ -119,7 +130,7 @@ class TrainingContext:
 
     def loss(self, task: Task) -> Loss:
         """The task's loss: the algorithm's, plus the protocol's proximal term if any."""
-        base = self.algorithm.loss(task)
+        base = loss_of(self.algorithm, task)
         if not self._anchored(task):
             return base
         rho = self.proximal
@@ -137,9 +148,9 @@ class TrainingContext:
         step of gradient clipping."""
         anchored = sum(v.numel() for k, v in consts.items() if k.startswith(ANCHOR))
         corrected = sum(v.numel() for k, v in consts.items() if k.startswith(STEP_CORRECTION))
-        flops = self.algorithm.extra_flops(task, start, steps)
+        flops = extra_flops_of(self.algorithm, task, start, steps)
         flops += (5 * anchored + 2 * corrected) * steps
-        schedule = self.algorithm.schedule(task)
+        schedule = schedule_of(self.algorithm, task)
         if schedule.max_grad_norm is not None and task.mode == "train":
             trained = sum(
                 v.numel()
@@ -223,7 +234,7 @@ def run_tasks(
     ]
     order = list(dict.fromkeys(t for tasks in task_lists for t in tasks))
     for task in order:
-        default = algorithm.schedule(task)
+        default = schedule_of(algorithm, task)
         groups: dict[tuple[str, Schedule], list[int]] = {}
         for i, job in enumerate(jobs):
             if task in task_lists[i] and job.runs(task):
@@ -232,7 +243,7 @@ def run_tasks(
                 groups.setdefault((ctx.arch_name(job), schedule), []).append(i)
         for (arch, schedule), members in groups.items():
             starts = [
-                algorithm.begin_task(task, states[i], jobs[i].payload, contexts[i]) for i in members
+                start_of(algorithm, task, states[i], jobs[i].payload, contexts[i]) for i in members
             ]
             computes = task.mode == "compute"  # no model runs: no constants, no loss FLOPs
             consts = [
@@ -254,7 +265,7 @@ def run_tasks(
             if task.mode == "train":
                 check_finite(task, batch.jobs, outcomes)
             for i, start, const, outcome in zip(members, starts, consts, outcomes, strict=True):
-                algorithm.end_task(task, states[i], outcome, contexts[i])
+                finish(algorithm, task, states[i], outcome, contexts[i])
                 result = results[i]
                 extra = 0 if computes else ctx.extra_flops(task, start, const, outcome.steps)
                 result.task_flops[task.name] = outcome.flops + extra

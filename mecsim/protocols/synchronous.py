@@ -39,7 +39,7 @@ from typing import Literal
 import simpy
 from pydantic import Field, model_validator
 
-from mecsim.algorithms.base import Task, Upload
+from mecsim.algorithms.base import Task, Upload, schedule_of
 from mecsim.executors import JobResult
 from mecsim.network import Delivery
 from mecsim.protocols.bulk import bulk_downlink, compute_and_wait_clients
@@ -224,7 +224,7 @@ def _step_cap(sim: Simulation, client: int, task: Task) -> int | None:
         return p.max_personal_steps
     if p.personal_budget == "window_uncapped":
         return None
-    return sim.algorithm.schedule(task).num_steps(len(sim.indices[client][task.split]))
+    return schedule_of(sim.algorithm, task).num_steps(len(sim.indices[client][task.split]))
 
 
 def _close_windows(sim: Simulation, windows: _Windows, closes: dict[int, float]) -> None:
