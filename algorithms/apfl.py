@@ -34,7 +34,7 @@ from mecsim.algorithms.fedavg import FedAvg
 from mecsim.algorithms.losses import cross_entropy
 from mecsim.algorithms.registry import ALGORITHMS
 from mecsim.state import ModelState, Payload, TensorDict
-from mecsim.training import Loss, TrainResult
+from mecsim.training import Loss, Schedule, TrainResult
 
 W = "w."  # constants: the client's local w_i
 V = "v."  # constants: the personal v_i (the mix task)
@@ -81,72 +81,74 @@ def alpha_loss(split: str) -> Loss:
     return loss
 
 
+def own_state(
+    algorithm: APFL, task: Task, state: ClientState, payload: Payload | None, ctx: RoundContext
+) -> ModelState:
+    """The client's own v_i (or alpha_i)."""
+    return state[task.model]
+
+
+def mixture_constants(
+    algorithm: APFL, task: Task, state: ClientState, payload: Payload | None, ctx: RoundContext
+) -> TensorDict:
+    """w_i and alpha_i, the fixed parts of v-bar_i when v_i trains."""
+    local = {W + k: v for k, v in state["local"].params.items()}
+    return {**local, ALPHA: state["alpha"].params[ALPHA]}
+
+
+def alpha_constants(
+    algorithm: APFL, task: Task, state: ClientState, payload: Payload | None, ctx: RoundContext
+) -> TensorDict:
+    """w_i and v_i (with its buffers), the fixed parts of v-bar_i when alpha_i trains."""
+    local = {W + k: v for k, v in state["local"].params.items()}
+    return {**local, **{V + k: v for k, v in state["personal"].to_payload().items()}}
+
+
+def one_alpha_step(algorithm: APFL, task: Task) -> Schedule:
+    s = algorithm.settings
+    return Schedule(1, 1, s.batch_size, s.alpha_lr or s.lr)
+
+
+def mixture_flops(per_parameter: int):
+    """The mixture (3 per parameter and step) and, for alpha, its derivative's reduction (3)."""
+    return lambda algorithm, task, start, steps: (
+        per_parameter * algorithm.initial.num_params() * steps
+    )
+
+
+def clipped_alpha(
+    algorithm: APFL, task: Task, state: ClientState, result: TrainResult, ctx: RoundContext
+) -> None:
+    """alpha_i, kept in [0, 1]."""
+    state["alpha"] = ModelState({ALPHA: result.state.params[ALPHA].clamp(0.0, 1.0)}, {})
+
+
 @ALGORITHMS.register("apfl", "APFL: personal model mixed with the local global one, adaptive alpha")
 class APFL(FedAvg):
     """FedAvg on w plus a personal v and a learned mixing weight per client."""
 
     Settings = APFLSettings
     protocols = frozenset({"compute_and_wait", "deadline"})
-    local = Task("local", model="local", uploads=True)
-    personal = Task("personal", model="personal")
-    mix = Task("mix", model="alpha")
+    local = Task("local", model="local", uploads=True)  # w_i, from the received model
+    personal = Task(  # v_i <- v_i - eta grad_v f_i(v-bar_i)
+        "personal", model="personal", start=own_state, constants=mixture_constants,
+        loss=lambda algorithm, task: personal_loss(task.split), extra_flops=mixture_flops(3),
+    )  # fmt: skip
+    mix = Task(  # alpha_i <- alpha_i - eta_alpha <v_i - w_i, grad f_i(v-bar_i)>
+        "mix", model="alpha", start=own_state, constants=alpha_constants, schedule=one_alpha_step,
+        loss=lambda algorithm, task: alpha_loss(task.split), extra_flops=mixture_flops(6),
+        finish=clipped_alpha,
+    )  # fmt: skip
 
     def round_tasks(self, round_: int) -> tuple[Task, ...]:
-        return (self.local, self.personal, self.mix) if self.settings.adaptive else (
-            self.local, self.personal,
-        )  # fmt: skip
+        if self.settings.adaptive:
+            return (self.local, self.personal, self.mix)
+        return (self.local, self.personal)
 
     def init_client_state(self, client: int) -> ClientState:
         reference = next(iter(self.initial.params.values()))
         alpha = torch.full((), self.settings.alpha, device=reference.device)
         return {"personal": self.initial.clone(), "alpha": ModelState({ALPHA: alpha}, {})}
-
-    def begin_task(
-        self, task: Task, state: ClientState, payload: Payload | None, ctx: RoundContext
-    ) -> ModelState:
-        if task == self.local:
-            return super().begin_task(task, state, payload, ctx)
-        return state[task.model]
-
-    def schedule(self, task: Task):
-        base = super().schedule(task)
-        if task != self.mix:
-            return base
-        s = self.settings  # one step of alpha's update
-        return type(base)(1, 1, s.batch_size, s.alpha_lr or s.lr)
-
-    def task_constants(
-        self, task: Task, state: ClientState, payload: Payload | None, ctx: RoundContext
-    ) -> TensorDict:
-        if task == self.local:
-            return {}
-        local = {W + k: v for k, v in state["local"].params.items()}
-        if task == self.personal:
-            return {**local, ALPHA: state["alpha"].params[ALPHA]}
-        return {**local, **{V + k: v for k, v in state["personal"].to_payload().items()}}
-
-    def loss(self, task: Task) -> Loss:
-        if task == self.personal:
-            return personal_loss(task.split)
-        if task == self.mix:
-            return alpha_loss(task.split)
-        return super().loss(task)
-
-    def extra_flops(self, task: Task, start: ModelState, steps: int) -> int:
-        if task == self.local:
-            return 0
-        # the mixture (3 per parameter) and, for alpha, its derivative's reduction (3)
-        per_parameter = 3 if task == self.personal else 6
-        return per_parameter * self.initial.num_params() * steps
-
-    def end_task(
-        self, task: Task, state: ClientState, result: TrainResult, ctx: RoundContext
-    ) -> None:
-        if task == self.mix:
-            alpha = result.state.params[ALPHA].clamp(0.0, 1.0)
-            state["alpha"] = ModelState({ALPHA: alpha}, {})
-            return
-        super().end_task(task, state, result, ctx)
 
     def personal_model(self, client_state: ClientState, server_state: ServerState) -> ModelState:
         local = client_state.get("local", server_state["global"])

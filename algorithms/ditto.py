@@ -7,6 +7,8 @@ client received this round.
 
 from __future__ import annotations
 
+import dataclasses
+
 from pydantic import Field
 
 from mecsim.algorithms.base import ClientState, RoundContext, Task
@@ -21,31 +23,34 @@ class DittoSettings(PFLPlusSettings):
     lam: float = Field(default=0.1, ge=0, description="lambda: pull of the personal model to w_G")
 
 
+def received_global(
+    algorithm: Ditto, task: Task, state: ClientState, payload: Payload | None, ctx: RoundContext
+) -> TensorDict:
+    """w_G: the global model the client received this round (the loss's constants)."""
+    return {k: payload[k] for k in algorithm.initial.params} if payload else {}
+
+
+def personal_loss(algorithm: Ditto, task: Task) -> Loss:
+    """Eq. (2): CE + lambda/2 ||v - w_G||^2."""
+    ce, lam = cross_entropy_loss(task.split), algorithm.settings.lam
+
+    def ditto_personal_loss(forward, params, batch, global_params):
+        return ce(forward, params, batch, global_params) + lam / 2 * proximal(params, global_params)
+
+    return ditto_personal_loss
+
+
+def proximal_flops(algorithm: Ditto, task: Task, start: ModelState, steps: int) -> int:
+    """The proximal term per parameter and step: subtract, square, add; its gradient (2)."""
+    return 5 * start.num_params() * steps
+
+
 @ALGORITHMS.register("ditto", "Ditto: personal model pulled to w_G, lambda/2||w_p - w_G||^2 (PFL+)")
 class Ditto(PFLPlus):
-    """PFL+ with the personal loss CE + lambda/2 ||w_p - w_G||^2."""
+    """PFL+ whose personal task minimizes CE + lambda/2 ||w_p - w_G||^2."""
 
     Settings = DittoSettings
-
-    def task_constants(
-        self, task: Task, state: ClientState, payload: Payload | None, ctx: RoundContext
-    ) -> TensorDict:
-        if task.name != "personal" or not payload:
-            return {}
-        return {k: payload[k] for k in self.initial.params}
-
-    def loss(self, task: Task) -> Loss:
-        ce = cross_entropy_loss(task.split)
-        if task.name != "personal":
-            return ce
-        lam = self.settings.lam
-
-        def ditto_personal_loss(forward, params, batch, global_params):
-            return ce(forward, params, batch, global_params) + lam / 2 * proximal(
-                params, global_params
-            )
-
-        return ditto_personal_loss
-
-    def extra_flops(self, task: Task, start: ModelState, steps: int) -> int:
-        return 5 * start.num_params() * steps if task.name == "personal" else 0
+    personal = dataclasses.replace(
+        PFLPlus.personal, loss=personal_loss, constants=received_global, extra_flops=proximal_flops
+    )
+    tasks = (PFLPlus.generic, personal)

@@ -38,6 +38,25 @@ class FedBABUSettings(AlgorithmSettings):
     )
 
 
+def body_schedule(algorithm: FedBABU, task: Task) -> Schedule:
+    """Local training of the body; the head stays frozen at its initial value."""
+    head = frozenset(algorithm.arch(None).head.param_names)
+    trainable = frozenset(algorithm.initial.params) - head
+    return dataclasses.replace(algorithm.schedule(task), trainable=trainable)
+
+
+def finetune_schedule(algorithm: FedBABU, task: Task) -> Schedule:
+    """tau_f epochs (or finetune_steps) of the whole model, or of the head alone."""
+    s, head = algorithm.settings, frozenset(algorithm.arch(None).head.param_names)
+    tuned = head if s.finetune_part == "head" else None  # None: every parameter
+    return dataclasses.replace(
+        algorithm.schedule(task),
+        epochs=s.finetune_epochs,
+        steps=s.finetune_steps or s.steps,
+        trainable=tuned,
+    )
+
+
 @ALGORITHMS.register(
     "fedbabu", "FedBABU: head frozen at init, body shared; fine-tuned to personalize"
 )
@@ -45,18 +64,10 @@ class FedBABU(FedPer):
     """Body-only federated training, head fine-tuning for personalization."""
 
     Settings = FedBABUSettings
-    tasks = (Task("body", model="local", uploads=True), Task("finetune", model="personal"))
-
-    def schedule(self, task: Task) -> Schedule:
-        base = super().schedule(task)
-        arch = self.arch(None)
-        head = frozenset(arch.head.param_names)
-        if task.name == "finetune":
-            s = self.settings
-            steps = s.finetune_steps or s.steps
-            tuned = head if s.finetune_part == "head" else None  # None: every parameter
-            return dataclasses.replace(base, epochs=s.finetune_epochs, steps=steps, trainable=tuned)
-        return dataclasses.replace(base, trainable=frozenset(arch.initial.params) - head)
+    tasks = (
+        Task("body", model="local", uploads=True, schedule=body_schedule),
+        Task("finetune", model="personal", schedule=finetune_schedule),
+    )
 
     def begin_task(
         self, task: Task, state: ClientState, payload: Payload | None, ctx: RoundContext

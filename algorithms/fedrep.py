@@ -28,26 +28,34 @@ class FedRepSettings(AlgorithmSettings):
     head_steps: int | None = Field(default=None, ge=1, description="overrides head_epochs")
 
 
+def head_schedule(algorithm: FedRep, task: Task) -> Schedule:
+    """tau_h epochs (or head_steps) training the head alone."""
+    s, head = algorithm.settings, algorithm.arch(None).head.param_names
+    base = dataclasses.replace(
+        algorithm.schedule(task), epochs=s.head_epochs, steps=s.head_steps or s.steps
+    )
+    return dataclasses.replace(base, trainable=frozenset(head))
+
+
+def body_schedule(algorithm: FedRep, task: Task) -> Schedule:
+    """The local epochs, training every layer but the head."""
+    body = {n for layer in algorithm.arch(None).layers[:-1] for n in layer.param_names}
+    return dataclasses.replace(algorithm.schedule(task), trainable=frozenset(body))
+
+
+def own_model(
+    algorithm: FedRep, task: Task, state: ClientState, payload: Payload | None, ctx: RoundContext
+) -> ModelState:
+    """The client's model as the head task left it."""
+    return state["local"]
+
+
 @ALGORITHMS.register("fedrep", "FedRep: head epochs then body epochs; only the body moves")
 class FedRep(FedPer):
     """Alternating head and body updates; the body is shared."""
 
     Settings = FedRepSettings
-    tasks = (Task("head", model="local"), Task("body", model="local", uploads=True))
-
-    def schedule(self, task: Task) -> Schedule:
-        base = super().schedule(task)
-        arch = self.arch(None)
-        if task.name == "head":
-            s = self.settings
-            base = dataclasses.replace(base, epochs=s.head_epochs, steps=s.head_steps or s.steps)
-            return dataclasses.replace(base, trainable=frozenset(arch.head.param_names))
-        body = {n for layer in arch.layers[:-1] for n in layer.param_names}
-        return dataclasses.replace(base, trainable=frozenset(body))
-
-    def begin_task(
-        self, task: Task, state: ClientState, payload: Payload | None, ctx: RoundContext
-    ) -> ModelState:
-        if task.name == "head":  # the new global body under the client's own head
-            return super().begin_task(task, state, payload, ctx)
-        return state["local"]
+    tasks = (
+        Task("head", model="local", schedule=head_schedule),  # the new body, own head
+        Task("body", model="local", uploads=True, schedule=body_schedule, start=own_model),
+    )

@@ -19,8 +19,8 @@ import dataclasses
 import torch
 
 from mecsim.algorithms.base import ClientState, RoundContext, Task
-from mecsim.algorithms.losses import cross_entropy, cross_entropy_loss
-from mecsim.algorithms.pflplus import PFLPlus
+from mecsim.algorithms.losses import cross_entropy
+from mecsim.algorithms.pflplus import PFLPlus, personal_schedule
 from mecsim.algorithms.registry import ALGORITHMS
 from mecsim.state import ModelState, Payload, TensorDict
 from mecsim.training import Loss, Schedule, TrainResult
@@ -38,9 +38,57 @@ def balanced_softmax_loss(split: str) -> Loss:
     return loss
 
 
+def prior_constants(
+    algorithm: FedRoD, task: Task, state: ClientState, payload: Payload | None, ctx: RoundContext
+) -> TensorDict:
+    """log pi_i, the client's label prior, for the balanced softmax."""
+    return {"log_prior": state["log_prior"]}
+
+
+def head_schedule(algorithm: FedRoD, task: Task) -> Schedule:
+    """The personal task's schedule, training the head alone."""
+    return dataclasses.replace(
+        personal_schedule(algorithm, task), trainable=frozenset(algorithm.head)
+    )
+
+
+def generic_plus_personal_head(
+    algorithm: FedRoD, task: Task, state: ClientState, payload: Payload | None, ctx: RoundContext
+) -> ModelState:
+    """The trained generic model with the client's personal head added to its head."""
+    generic = state["generic"]
+    params = dict(generic.params)
+    for k in algorithm.head:
+        params[k] = generic.params[k] + state["personal_head"][k]
+    return ModelState(params, generic.buffers)
+
+
+def keep_personal_head(
+    algorithm: FedRoD, task: Task, state: ClientState, result: TrainResult, ctx: RoundContext
+) -> None:
+    """Store the personal model and its head's offset from the generic head."""
+    state["personal"] = result.state
+    state["personal_head"] = {
+        k: result.state.params[k] - state["generic"].params[k] for k in algorithm.head
+    }
+
+
 @ALGORITHMS.register("fedrod", "FedRoD: balanced-softmax generic head + personal head (PFL+)")
 class FedRoD(PFLPlus):
     """PFL+ with a balanced-softmax generic model and an additive personal head."""
+
+    generic = dataclasses.replace(
+        PFLPlus.generic,
+        loss=lambda algorithm, task: balanced_softmax_loss(task.split),
+        constants=prior_constants,
+    )
+    personal = dataclasses.replace(
+        PFLPlus.personal,
+        start=generic_plus_personal_head,
+        schedule=head_schedule,
+        finish=keep_personal_head,
+    )
+    tasks = (generic, personal)
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -61,39 +109,3 @@ class FedRoD(PFLPlus):
             .log()
             .to(self.initial.params[self.head[0]].device),
         }
-
-    def schedule(self, task: Task) -> Schedule:
-        schedule = super().schedule(task)
-        if task.name == "personal":
-            return dataclasses.replace(schedule, trainable=frozenset(self.head))
-        return schedule
-
-    def begin_task(
-        self, task: Task, state: ClientState, payload: Payload | None, ctx: RoundContext
-    ) -> ModelState:
-        if task.name == "generic":
-            return super().begin_task(task, state, payload, ctx)
-        generic = state["generic"]
-        params = dict(generic.params)
-        for k in self.head:
-            params[k] = generic.params[k] + state["personal_head"][k]
-        return ModelState(params, generic.buffers)
-
-    def task_constants(
-        self, task: Task, state: ClientState, payload: Payload | None, ctx: RoundContext
-    ) -> TensorDict:
-        return {"log_prior": state["log_prior"]} if task.name == "generic" else {}
-
-    def loss(self, task: Task) -> Loss:
-        if task.name == "generic":
-            return balanced_softmax_loss(task.split)
-        return cross_entropy_loss(task.split)
-
-    def end_task(
-        self, task: Task, state: ClientState, result: TrainResult, ctx: RoundContext
-    ) -> None:
-        super().end_task(task, state, result, ctx)
-        if task.name == "personal":
-            state["personal_head"] = {
-                k: result.state.params[k] - state["generic"].params[k] for k in self.head
-            }

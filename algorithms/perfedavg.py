@@ -30,6 +30,8 @@ mecsim's choices (the paper tunes its step sizes per dataset); beta is
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 from pydantic import Field
 
@@ -82,14 +84,42 @@ def maml_loss(split: str, alpha: float, delta: float | None) -> Loss:
     return loss
 
 
+def one_personal_step(algorithm: PerFedAvg, task: Task) -> Schedule:
+    """One SGD step of size alpha on one mini-batch (Sec. 5's personalization)."""
+    s = algorithm.settings
+    return Schedule(1, 1, s.batch_size, s.alpha)
+
+
+def maml_schedule(algorithm: PerFedAvg, task: Task) -> Schedule:
+    """The local SGD settings, each step reading 2 (FO) or 3 (HF) mini-batches."""
+    base = algorithm.schedule(task)
+    size = algorithm.settings.batch_size * algorithm.parts
+    return dataclasses.replace(base, batch_size=size)
+
+
+def maml_step_loss(algorithm: PerFedAvg, task: Task) -> Loss:
+    delta = algorithm.settings.delta if algorithm.hessian_free else None
+    return maml_loss(task.split, algorithm.settings.alpha, delta)
+
+
+def maml_flops(algorithm: PerFedAvg, task: Task, start: ModelState, steps: int) -> int:
+    """w~ (2), the linear loss and its gradient (2); HF: w +- delta g (4), d (3), mix (2)."""
+    per_parameter = 4 + (9 if algorithm.hessian_free else 0)
+    return per_parameter * start.num_params() * steps
+
+
 @ALGORITHMS.register("perfedavg", "Per-FedAvg (FO): first-order federated MAML, one-step personal")
 class PerFedAvg(FedAvg):
     """FedAvg of the MAML objective; personal model = one step from the global model."""
 
     Settings = PerFedAvgSettings
     hessian_free = False
-    adapt = Task("adapt", model="personal")  # from the received model, as ``local``
-    local = Task("local", model="local", uploads=True)
+    # both tasks start from the received model (FedAvg's begin_task)
+    adapt = Task("adapt", model="personal", schedule=one_personal_step)
+    local = Task(
+        "local", model="local", uploads=True, schedule=maml_schedule, loss=maml_step_loss,
+        extra_flops=maml_flops,
+    )  # fmt: skip
     tasks = (adapt, local)
 
     @property
@@ -99,29 +129,6 @@ class PerFedAvg(FedAvg):
 
     def init_client_state(self, client: int) -> ClientState:
         return {}
-
-    def schedule(self, task: Task) -> Schedule:
-        s = self.settings
-        if task == self.adapt:  # one step of size alpha on one mini-batch
-            return Schedule(1, 1, s.batch_size, s.alpha)
-        base = super().schedule(task)
-        return Schedule(
-            base.epochs, base.steps, s.batch_size * self.parts, base.lr, base.momentum,
-            base.weight_decay, max_grad_norm=base.max_grad_norm,
-        )  # fmt: skip
-
-    def loss(self, task: Task) -> Loss:
-        if task == self.adapt:
-            return super().loss(task)
-        delta = self.settings.delta if self.hessian_free else None
-        return maml_loss(task.split, self.settings.alpha, delta)
-
-    def extra_flops(self, task: Task, start: ModelState, steps: int) -> int:
-        if task == self.adapt:
-            return 0
-        # w~ (2), the linear loss and its gradient (2); HF: w +- delta g (4), d (3), mix (2)
-        per_parameter = 4 + (9 if self.hessian_free else 0)
-        return per_parameter * start.num_params() * steps
 
     def personal_model(self, client_state: ClientState, server_state: ServerState) -> ModelState:
         return client_state.get("personal", server_state["global"])

@@ -102,58 +102,69 @@ def envelope_loss(split: str, lam: float, steps: int, lr: float) -> Loss:
     return loss
 
 
+def local_round_loss(algorithm: PFedMe, task: Task) -> Loss:
+    s = algorithm.settings
+    return envelope_loss(task.split, s.lam, s.inner_steps, s.personal_lr)
+
+
+def local_round_flops(algorithm: PFedMe, task: Task, start: ModelState, steps: int) -> int:
+    """Per step: K inner steps' element-wise work and the outer proximal term (5)."""
+    per_step = ELEMENTWISE_PER_INNER_STEP * algorithm.settings.inner_steps + 5
+    return per_step * start.num_params() * steps
+
+
+def uploaded_model(
+    algorithm: PFedMe, task: Task, state: ClientState, payload: Payload | None, ctx: RoundContext
+) -> ModelState:
+    """theta starts at the w the client uploads."""
+    return state["local"]
+
+
+def anchored_at_w(
+    algorithm: PFedMe, task: Task, state: ClientState, payload: Payload | None, ctx: RoundContext
+) -> TensorDict:
+    """w, the anchor of eq. (7)."""
+    return dict(state["local"].params)
+
+
+def inner_solve(algorithm: PFedMe, task: Task) -> Schedule:
+    """K steps at eta_p on one mini-batch: one solve of eq. (7)."""
+    s = algorithm.settings
+    return Schedule(1, s.inner_steps, s.batch_size, s.personal_lr)
+
+
+def moreau_objective_loss(algorithm: PFedMe, task: Task) -> Loss:
+    """f(theta) + lambda/2 ||theta - w||^2 (eq. 7)."""
+    ce, lam = cross_entropy_loss(task.split), algorithm.settings.lam
+
+    def moreau_objective(forward, params, batch, anchor):
+        return ce(forward, params, batch, anchor) + lam / 2 * proximal(params, anchor)
+
+    return moreau_objective
+
+
+def proximal_flops(algorithm: PFedMe, task: Task, start: ModelState, steps: int) -> int:
+    return 5 * start.num_params() * steps
+
+
 @ALGORITHMS.register("pfedme", "pFedMe: Moreau-envelope personal models, beta-mixed server")
 class PFedMe(FedAvg):
     """FedAvg on w with Moreau-envelope local steps and a personal theta per client."""
 
     Settings = PFedMeSettings
     protocols = frozenset({"compute_and_wait", "deadline"})
-    local = Task("local", model="local", uploads=True)
-    personalize = Task("personalize", model="personal")
+    # Algorithm 1, lines 5-8: R local rounds on the Moreau envelope, from the received w
+    local = Task("local", model="local", uploads=True, loss=local_round_loss,
+                 extra_flops=local_round_flops)  # fmt: skip
+    # the personal model: theta(w) by eq. (7) at the uploaded w
+    personalize = Task(
+        "personalize", model="personal", start=uploaded_model, constants=anchored_at_w,
+        schedule=inner_solve, loss=moreau_objective_loss, extra_flops=proximal_flops,
+    )  # fmt: skip
     tasks = (local, personalize)
 
     def init_client_state(self, client: int) -> ClientState:
         return {}
-
-    def begin_task(
-        self, task: Task, state: ClientState, payload: Payload | None, ctx: RoundContext
-    ) -> ModelState:
-        if task == self.personalize:  # theta from the uploaded w
-            return state["local"]
-        return super().begin_task(task, state, payload, ctx)
-
-    def schedule(self, task: Task) -> Schedule:
-        base = super().schedule(task)
-        if task != self.personalize:
-            return base
-        s = self.settings  # K steps on one mini-batch, as one inner solve
-        return Schedule(1, s.inner_steps, s.batch_size, s.personal_lr)
-
-    def task_constants(
-        self, task: Task, state: ClientState, payload: Payload | None, ctx: RoundContext
-    ) -> TensorDict:
-        if task != self.personalize:
-            return {}
-        return {k: v for k, v in state["local"].params.items()}
-
-    def loss(self, task: Task) -> Loss:
-        s = self.settings
-        if task == self.local:
-            return envelope_loss(task.split, s.lam, s.inner_steps, s.personal_lr)
-        ce, lam = cross_entropy_loss(task.split), s.lam
-
-        def moreau_objective(forward, params, batch, anchor):
-            return ce(forward, params, batch, anchor) + lam / 2 * proximal(params, anchor)
-
-        return moreau_objective
-
-    def extra_flops(self, task: Task, start: ModelState, steps: int) -> int:
-        per_step = (
-            5
-            if task == self.personalize
-            else (ELEMENTWISE_PER_INNER_STEP * self.settings.inner_steps + 5)
-        )
-        return per_step * start.num_params() * steps
 
     def aggregate(
         self, server_state: ServerState, uploads: list[Upload], ctx: RoundContext

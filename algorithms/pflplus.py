@@ -32,35 +32,38 @@ class PFLPlusSettings(AlgorithmSettings):
     personal_lr: float | None = Field(default=None, gt=0, description="eta_p (default: lr)")
 
 
+def personal_schedule(algorithm: PFLPlus, task: Task) -> Schedule:
+    """The personal task's own epochs (or steps) and rate; the rest of the SGD settings."""
+    s = algorithm.settings
+    return Schedule(
+        s.personal_epochs,
+        s.personal_steps,
+        s.batch_size,
+        s.personal_lr or s.lr,
+        s.momentum,
+        s.weight_decay,
+    )
+
+
+def own_personal_model(
+    algorithm: PFLPlus, task: Task, state: ClientState, payload: Payload | None, ctx: RoundContext
+) -> ModelState:
+    """w_{p,i}^{t-1}: the client's own personalized model."""
+    return state["personal"]
+
+
 class PFLPlus(FedAvg):
     """FedAvg on the generic model plus a personalized model per client (no coupling term)."""
 
     Settings = PFLPlusSettings
-    tasks = (Task("generic", model="generic", uploads=True), Task("personal", model="personal"))
+    generic = Task("generic", model="generic", uploads=True)  # from the received w_G
+    personal = Task(
+        "personal", model="personal", start=own_personal_model, schedule=personal_schedule
+    )
+    tasks = (generic, personal)
 
     def init_client_state(self, client: int) -> ClientState:
         return {"personal": self.initial.clone()}
-
-    def schedule(self, task: Task) -> Schedule:
-        base = super().schedule(task)
-        if task.name != "personal":
-            return base
-        s = self.settings
-        return Schedule(
-            s.personal_epochs,
-            s.personal_steps,
-            s.batch_size,
-            s.personal_lr or s.lr,
-            s.momentum,
-            s.weight_decay,
-        )
-
-    def begin_task(
-        self, task: Task, state: ClientState, payload: Payload | None, ctx: RoundContext
-    ) -> ModelState:
-        if task.name == "generic":
-            return super().begin_task(task, state, payload, ctx)
-        return state["personal"]
 
     def receive(self, state: ClientState, payload: Payload, ctx: RoundContext) -> None:
         """Keep the latest global model as the generic reference of the personal task."""

@@ -30,7 +30,7 @@ epoch; the reported local accuracy is the last selected client's.
 * Personal task - PMUpdate from w_p,i^{t-1}.
 
 The target of each term is a constant of the task, computed once in
-:meth:`task_constants`; the trainable model's spectrum is recomputed every
+:meth:`SCD.targets`; the trainable model's spectrum is recomputed every
 step. Defaults are the paper's (appendix B and Tables 6-8 on CIFAR-10): SGD
 with lr 0.01 (eta_G = eta_p), momentum 0.5, batch 10; tau 0.4, lambda_g 0.05,
 lambda_p 0.01.
@@ -38,12 +38,13 @@ lambda_p 0.01.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Literal
 
 import torch
 from pydantic import Field
 
-from mecsim.algorithms.base import MAX_LR, ClientState, RoundContext, Task
+from mecsim.algorithms.base import MAX_LR, ClientState
 from mecsim.algorithms.losses import cross_entropy_loss
 from mecsim.algorithms.pflplus import PFLPlus, PFLPlusSettings
 from mecsim.algorithms.registry import ALGORITHMS
@@ -77,43 +78,60 @@ class SCDSettings(PFLPlusSettings):
     )
 
 
+def spectral_role(generic: bool) -> dict:
+    """A PFL+ task's spectral behaviour: eq. (5) for the generic model, eq. (4) for the
+    personal one (:class:`SCD`'s methods, told which model trains)."""
+    return {
+        "constants": lambda algorithm, task, state, payload, ctx: algorithm.targets(
+            generic, state, payload
+        ),
+        "loss": lambda algorithm, task: algorithm.spectral_loss(generic, task.split),
+        "extra_flops": lambda algorithm, task, start, steps: algorithm.spectral_flops(
+            generic, start, steps
+        ),
+    }
+
+
 @ALGORITHMS.register("scd", "spectral co-distillation, eqs. (4)-(5) of Chen et al. 2023 (PFL+)")
 class SCD(PFLPlus):
     """Spectral co-distillation: generic and personal models distil each other's spectra."""
 
     Settings = SCDSettings
+    generic = dataclasses.replace(PFLPlus.generic, **spectral_role(generic=True))
+    personal = dataclasses.replace(PFLPlus.personal, **spectral_role(generic=False))
+    tasks = (generic, personal)
 
-    def _tau(self, task: Task) -> float:
-        return self.settings.tau if task.name == "generic" else 1.0
+    def _tau(self, generic: bool) -> float:
+        return self.settings.tau if generic else 1.0
 
-    def _weight(self, task: Task) -> float:
-        return self.settings.lambda_g if task.name == "generic" else self.settings.lambda_p
+    def _weight(self, generic: bool) -> float:
+        return self.settings.lambda_g if generic else self.settings.lambda_p
 
-    def task_constants(
-        self, task: Task, state: ClientState, payload: Payload | None, ctx: RoundContext
-    ) -> TensorDict:
+    def targets(self, generic: bool, state: ClientState, payload: Payload | None) -> TensorDict:
+        """The spectral target of the task training the generic (or personal) model."""
         if self.settings.spectral == "authors_code":
-            return self._authors_constants(task, payload)
+            return self._authors_constants(generic, payload)
         names = list(self.initial.params)
         # eq. (5): the personal model before this round; eq. (4): the updated generic model
-        teacher = state["personal"] if task.name == "generic" else state["generic"]
-        return {"target": spectrum(flatten_weights(teacher.params, names), self._tau(task))}
+        teacher = state["personal"] if generic else state["generic"]
+        return {"target": spectrum(flatten_weights(teacher.params, names), self._tau(generic))}
 
-    def _authors_constants(self, task: Task, payload: Payload | None) -> TensorDict:
+    def _authors_constants(self, generic: bool, payload: Payload | None) -> TensorDict:
         """Both tasks compare with the received global model w_G^{t-1}."""
         received = {**self.initial.params, **(payload or {})}
         target = layer_spectrum(received, weight_names(self.initial.params))
-        if task.name == "generic":
+        if generic:
             return {"target": target[: int(self.settings.tau * target.shape[-1])]}
         anchor = {f"anchor.{k}": received[k] for k in self.initial.params}
         return {"target": target, **anchor}
 
-    def loss(self, task: Task) -> Loss:
+    def spectral_loss(self, generic: bool, split: str) -> Loss:
+        """CE plus the weighted spectral divergence to the target."""
         if self.settings.spectral == "authors_code":
-            return self._authors_loss(task)
+            return self._authors_loss(generic, split)
         names = list(self.initial.params)
-        tau, weight = self._tau(task), self._weight(task)
-        ce = cross_entropy_loss(task.split)
+        tau, weight = self._tau(generic), self._weight(generic)
+        ce = cross_entropy_loss(split)
 
         def spectral_loss(forward, params, batch, consts):
             student = spectrum(flatten_weights(params, names), tau)
@@ -123,10 +141,9 @@ class SCD(PFLPlus):
 
         return spectral_loss
 
-    def _authors_loss(self, task: Task) -> Loss:
-        names, weight = weight_names(self.initial.params), self._weight(task)
-        ce = cross_entropy_loss(task.split)
-        generic = task.name == "generic"
+    def _authors_loss(self, generic: bool, split: str) -> Loss:
+        names, weight = weight_names(self.initial.params), self._weight(generic)
+        ce = cross_entropy_loss(split)
 
         def authors_loss(forward, params, batch, consts):
             own, target = layer_spectrum(params, names), consts["target"]
@@ -140,12 +157,13 @@ class SCD(PFLPlus):
 
         return authors_loss
 
-    def extra_flops(self, task: Task, start: ModelState, steps: int) -> int:
+    def spectral_flops(self, generic: bool, start: ModelState, steps: int) -> int:
+        """The spectra and divergences no module meters."""
         d = start.num_params()
         if self.settings.spectral == "authors_code":
             # per step: the model's spectrum and the KL; the target's, once; personal: the norm
             spectra = layer_spectrum_flops(start.params, weight_names(start.params))
-            norm = 3 * d if task.name == "personal" else 0
+            norm = 0 if generic else 3 * d
             return steps * (spectra + 10 * d + norm) + spectra
         # per step: FFT of the weights forward and its gradient (~2 FFTs), plus the KL
         return steps * (2 * fft_flops(d) + 10 * d) + fft_flops(d)  # + the target, once
