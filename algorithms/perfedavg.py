@@ -31,6 +31,7 @@ mecsim's choices (the paper tunes its step sizes per dataset); beta is
 from __future__ import annotations
 
 import dataclasses
+from typing import Literal
 
 import torch
 from pydantic import Field
@@ -46,7 +47,12 @@ from mecsim.training import Batch, Forward, Loss, Schedule
 class PerFedAvgSettings(AlgorithmSettings):
     alpha: float = Field(default=0.01, gt=0, description="alpha: the personal step size")
     delta: float = Field(
-        default=0.001, gt=0, description="delta: finite-difference step of the HF variant"
+        default=1e-4, gt=0, description="delta: finite-difference step of the HF variant"
+    )
+    hessian_product: Literal["finite_difference", "exact"] = Field(
+        default="finite_difference",
+        description="HF's Hessian-vector product: the paper's finite difference (eq. 10) or "
+        "the exact one (forward-over-reverse autodiff)",
     )
 
 
@@ -59,9 +65,20 @@ def batch_gradient(forward: Forward, at: TensorDict, x: torch.Tensor, y: torch.T
     return {k: v.detach() for k, v in torch.func.grad(objective)(at).items()}
 
 
-def maml_loss(split: str, alpha: float, delta: float | None) -> Loss:
+def hessian_vector(forward: Forward, at: TensorDict, vector: TensorDict, x, y) -> TensorDict:
+    """H(at; (x, y)) vector, exactly: the directional derivative of the gradient."""
+
+    def gradient(params: TensorDict) -> TensorDict:
+        return torch.func.grad(lambda p: cross_entropy(forward(x, p)["logits"], y))(params)
+
+    _, product = torch.func.jvp(gradient, (at,), (vector,))
+    return {k: v.detach() for k, v in product.items()}
+
+
+def maml_loss(split: str, alpha: float, delta: float | None, exact: bool = False) -> Loss:
     """``<w, direction>``: FO's direction ``grad f(w~; D')``; with ``delta``, HF's
-    ``(I - alpha d) grad f(w~; D')`` (eq. 10)."""
+    ``(I - alpha d) grad f(w~; D')`` (eq. 10), d the finite-difference Hessian-vector
+    product at step delta, or the exact product (``exact``)."""
     parts = 2 if delta is None else 3
 
     def loss(forward: Forward, params: TensorDict, batch: Batch, consts: TensorDict):
@@ -71,7 +88,10 @@ def maml_loss(split: str, alpha: float, delta: float | None) -> Loss:
         step = batch_gradient(forward, w, xs[0], ys[0])
         adapted = {k: v - alpha * step[k] for k, v in w.items()}  # w~
         direction = batch_gradient(forward, adapted, xs[1], ys[1])
-        if delta is not None:
+        if delta is not None and exact:
+            product = hessian_vector(forward, w, direction, xs[2], ys[2])
+            direction = {k: g - alpha * product[k] for k, g in direction.items()}
+        elif delta is not None:
             plus = {k: v + delta * direction[k] for k, v in w.items()}
             minus = {k: v - delta * direction[k] for k, v in w.items()}
             up = batch_gradient(forward, plus, xs[2], ys[2])
@@ -98,8 +118,9 @@ def maml_schedule(algorithm: PerFedAvg, task: Task) -> Schedule:
 
 
 def maml_step_loss(algorithm: PerFedAvg, task: Task) -> Loss:
-    delta = algorithm.settings.delta if algorithm.hessian_free else None
-    return maml_loss(task.split, algorithm.settings.alpha, delta)
+    s = algorithm.settings
+    delta = s.delta if algorithm.hessian_free else None
+    return maml_loss(task.split, s.alpha, delta, exact=s.hessian_product == "exact")
 
 
 def maml_flops(algorithm: PerFedAvg, task: Task, start: ModelState, steps: int) -> int:

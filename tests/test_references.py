@@ -280,12 +280,17 @@ def test_perfedavg_personal_model_is_one_step_from_the_received_model():
         assert_same(result.client_states[i]["personal"], sgd(initial(), x, y, 1, alpha))
 
 
-@pytest.mark.parametrize("hessian_free", [False, True], ids=["perfedavg", "perfedavg_hf"])
-def test_perfedavg_local_step_is_the_maml_step(hessian_free):
+@pytest.mark.parametrize(
+    ("hessian_free", "exact"),
+    [(False, False), (True, False), (True, True)],
+    ids=["perfedavg", "perfedavg_hf", "perfedavg_hf-exact"],
+)
+def test_perfedavg_local_step_is_the_maml_step(hessian_free, exact):
     """One step of mecsim's Per-FedAvg loss on batches D, D', D'' equals the MAML step
     written with autograd: FO ``grad f(w~; D')``; HF ``(I - alpha H(w; D'')) grad f(w~; D')``
     with the exact Hessian-vector product (double backward), which the finite difference
-    matches in float64 at delta = 1e-5 (at 1e-3 a perturbation crosses ReLU kinks)."""
+    matches in float64 at delta = 1e-5 (at 1e-3 a perturbation crosses ReLU kinks) and
+    the ``exact`` product (forward over reverse) to rounding."""
     from mecsim.algorithms.perfedavg import maml_loss
     from mecsim.training import ModelFunction
 
@@ -311,7 +316,7 @@ def test_perfedavg_local_step_is_the_maml_step(hessian_free):
 
     function = ModelFunction(copy.deepcopy(model), hand_batched=False)
     params = {k: v.detach().requires_grad_(True) for k, v in model.named_parameters()}
-    loss = maml_loss("train", alpha, delta if hessian_free else None)
+    loss = maml_loss("train", alpha, delta if hessian_free else None, exact=exact)
     value = loss(function.bind(params, {}), params, {"train": {"x": x, "y": y}}, {})
     got = torch.autograd.grad(value, list(params.values()))
     for g, d in zip(got, direction, strict=True):
