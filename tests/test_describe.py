@@ -43,7 +43,7 @@ def test_describe_lists_every_key_with_type_default_and_range(capsys):
 
 def test_describe_refuses_an_unknown_name(capsys):
     assert main(["describe", "algorithm", "dito"]) == 2
-    assert "unknown name 'dito'; allowed: comet, ditto" in capsys.readouterr().err
+    assert "unknown name 'dito'; allowed: apfl, comet, ditto" in capsys.readouterr().err
 
 
 def test_version(capsys):
