@@ -12,7 +12,7 @@ import dataclasses
 from pydantic import Field
 
 from mecsim.algorithms.base import ClientState, RoundContext, Task
-from mecsim.algorithms.losses import cross_entropy_loss, proximal
+from mecsim.algorithms.losses import PROXIMAL_FLOPS_PER_PARAMETER, proximal_cross_entropy
 from mecsim.algorithms.pflplus import PFLPlus, PFLPlusSettings
 from mecsim.algorithms.registry import ALGORITHMS
 from mecsim.state import ModelState, Payload, TensorDict
@@ -32,17 +32,11 @@ def received_global(
 
 def personal_loss(algorithm: Ditto, task: Task) -> Loss:
     """Eq. (2): CE + lambda/2 ||v - w_G||^2."""
-    ce, lam = cross_entropy_loss(task.split), algorithm.settings.lam
-
-    def ditto_personal_loss(forward, params, batch, global_params):
-        return ce(forward, params, batch, global_params) + lam / 2 * proximal(params, global_params)
-
-    return ditto_personal_loss
+    return proximal_cross_entropy(task.split, algorithm.settings.lam)
 
 
 def proximal_flops(algorithm: Ditto, task: Task, start: ModelState, steps: int) -> int:
-    """The proximal term per parameter and step: subtract, square, add; its gradient (2)."""
-    return 5 * start.num_params() * steps
+    return PROXIMAL_FLOPS_PER_PARAMETER * start.num_params() * steps
 
 
 @ALGORITHMS.register("ditto", "Ditto: personal model pulled to w_G, lambda/2||w_p - w_G||^2 (PFL+)")

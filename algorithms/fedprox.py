@@ -10,7 +10,7 @@ from pydantic import Field
 
 from mecsim.algorithms.base import AlgorithmSettings, ClientState, RoundContext, Task
 from mecsim.algorithms.fedavg import FedAvg
-from mecsim.algorithms.losses import cross_entropy_loss, proximal
+from mecsim.algorithms.losses import PROXIMAL_FLOPS_PER_PARAMETER, proximal_cross_entropy
 from mecsim.algorithms.registry import ALGORITHMS
 from mecsim.state import ModelState, Payload, TensorDict
 from mecsim.training import Loss
@@ -34,16 +34,7 @@ class FedProx(FedAvg):
         return {k: payload[k] for k in self.initial.params} if payload else {}
 
     def loss(self, task: Task) -> Loss:
-        mu = self.settings.mu
-        ce = cross_entropy_loss(task.split)
-
-        def fedprox_loss(forward, params, batch, global_params):
-            return ce(forward, params, batch, global_params) + mu / 2 * proximal(
-                params, global_params
-            )
-
-        return fedprox_loss
+        return proximal_cross_entropy(task.split, self.settings.mu)
 
     def extra_flops(self, task: Task, start: ModelState, steps: int) -> int:
-        # per parameter: subtract, square, accumulate; and the gradient mu (w - w_G)
-        return 5 * start.num_params() * steps
+        return PROXIMAL_FLOPS_PER_PARAMETER * start.num_params() * steps

@@ -45,6 +45,23 @@ def proximal(
     return sum(((params[k] - reference[k]) ** 2).sum() for k in names)  # type: ignore[return-value]
 
 
+PROXIMAL_FLOPS_PER_PARAMETER = 5
+"""A proximal term lambda/2 ||w - a||^2, per parameter and step: subtract, square and add;
+its gradient lambda (w - a), 2 more. No module meters element-wise work (see
+:mod:`mecsim.cost`), so the algorithm adds it."""
+
+
+def proximal_cross_entropy(split: str, weight: float) -> Loss:
+    """CE on ``batch[split]`` + weight/2 ||params - anchor||^2, the anchor being the task's
+    constants (FedProx's w_G, Ditto's w_G for the personal model, pFedMe's w in eq. 7)."""
+    ce = cross_entropy_loss(split)
+
+    def loss(forward: Forward, params: TensorDict, batch: Batch, anchor: TensorDict) -> Tensor:
+        return ce(forward, params, batch, anchor) + weight / 2 * proximal(params, anchor)
+
+    return loss
+
+
 def inner_product(params: TensorDict, direction: TensorDict) -> Tensor:
     """sum over the direction's keys of <params[k], direction[k]> (linear correction terms)."""
     return sum((params[k] * direction[k]).sum() for k in direction)  # type: ignore[return-value]

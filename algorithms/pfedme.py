@@ -51,7 +51,12 @@ from mecsim.algorithms.base import (
     Upload,
 )
 from mecsim.algorithms.fedavg import FedAvg
-from mecsim.algorithms.losses import cross_entropy, cross_entropy_loss, proximal
+from mecsim.algorithms.losses import (
+    PROXIMAL_FLOPS_PER_PARAMETER,
+    cross_entropy,
+    proximal,
+    proximal_cross_entropy,
+)
 from mecsim.algorithms.registry import ALGORITHMS
 from mecsim.state import ModelState, Payload, TensorDict
 from mecsim.training import Batch, Forward, Loss, Schedule
@@ -109,7 +114,9 @@ def local_round_loss(algorithm: PFedMe, task: Task) -> Loss:
 
 def local_round_flops(algorithm: PFedMe, task: Task, start: ModelState, steps: int) -> int:
     """Per step: K inner steps' element-wise work and the outer proximal term (5)."""
-    per_step = ELEMENTWISE_PER_INNER_STEP * algorithm.settings.inner_steps + 5
+    per_step = (
+        ELEMENTWISE_PER_INNER_STEP * algorithm.settings.inner_steps + PROXIMAL_FLOPS_PER_PARAMETER
+    )
     return per_step * start.num_params() * steps
 
 
@@ -135,16 +142,11 @@ def inner_solve(algorithm: PFedMe, task: Task) -> Schedule:
 
 def moreau_objective_loss(algorithm: PFedMe, task: Task) -> Loss:
     """f(theta) + lambda/2 ||theta - w||^2 (eq. 7)."""
-    ce, lam = cross_entropy_loss(task.split), algorithm.settings.lam
-
-    def moreau_objective(forward, params, batch, anchor):
-        return ce(forward, params, batch, anchor) + lam / 2 * proximal(params, anchor)
-
-    return moreau_objective
+    return proximal_cross_entropy(task.split, algorithm.settings.lam)
 
 
 def proximal_flops(algorithm: PFedMe, task: Task, start: ModelState, steps: int) -> int:
-    return 5 * start.num_params() * steps
+    return PROXIMAL_FLOPS_PER_PARAMETER * start.num_params() * steps
 
 
 @ALGORITHMS.register("pfedme", "pFedMe: Moreau-envelope personal models, beta-mixed server")
