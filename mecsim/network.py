@@ -55,7 +55,7 @@ from mecsim.errors import ConfigError
 from mecsim.rng import numpy_rng
 
 if TYPE_CHECKING:
-    from mecsim.scenario import LinkConfig, NetworkConfig
+    from mecsim.network_config import LinkConfig, NetworkConfig
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,10 +21,10 @@ from mecsim.cost import StepMeter
 from mecsim.devices import DeviceProfile
 from mecsim.executors import JobResult
 from mecsim.network import ClientProfile, Network
+from mecsim.network_config import NetworkConfig
 from mecsim.protocols import PROTOCOLS
 from mecsim.protocols.synchronous import ComputeAndWaitSettings
 from mecsim.recorder import EVENT_COLUMNS, Recorder
-from mecsim.scenario import NetworkConfig
 from mecsim.simulation import Simulation
 from tests.test_engine import StubAlgorithm, StubEvaluator, StubExecutor
 

@@ -14,10 +14,10 @@ from mecsim.devices import DeviceProfile
 from mecsim.evaluation import Evaluation
 from mecsim.executors import JobResult
 from mecsim.network import ClientProfile, Network
+from mecsim.network_config import NetworkConfig
 from mecsim.protocols import PROTOCOLS
 from mecsim.protocols.asynchronous import FedAsyncSettings, FedBuffSettings
 from mecsim.protocols.synchronous import ComputeAndWaitSettings, DeadlineSettings
-from mecsim.scenario import NetworkConfig
 from mecsim.simulation import Simulation
 
 DEVICE = DeviceProfile("stub", flops_per_s=100.0, power_w=2.0)

@@ -22,8 +22,8 @@ from mecsim.devices import DEVICES
 from mecsim.errors import ConfigError
 from mecsim.invariants import check_result, check_run_dir, check_tables, run_facts
 from mecsim.network import ClientProfile, Network
+from mecsim.network_config import NetworkConfig
 from mecsim.runner import RunResult
-from mecsim.scenario import NetworkConfig
 
 SCENARIOS = Path(__file__).parents[1] / "scenarios"
 COST_ONLY = ["execution.cost_only=true", "clients.num_samples=40", "output.progress=false"]

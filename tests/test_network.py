@@ -245,7 +245,7 @@ def test_transfer_time_limits_follow_the_closed_form_rate():
     from mecsim.devices import DEVICES
     from mecsim.errors import ConfigError
     from mecsim.network import MAX_BLOCKS, MAX_TRANSFER_S, ClientProfile, Network
-    from mecsim.scenario import NetworkConfig
+    from mecsim.network_config import NetworkConfig
 
     device = DEVICES.get("phone-mid")
     client = [ClientProfile(0, 100.0, 1.0, 20.0, device)]

@@ -1,0 +1,131 @@
+"""The ``[network]`` section: path loss, fading, noise, the rate model, and each link.
+
+These are the settings :class:`mecsim.network.Network` reads; they live beside it,
+as the protocols' and the fault model's settings live beside theirs. The scenario
+(:mod:`mecsim.scenario`) composes them.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from mecsim.config import Section
+from mecsim.distributions import NumberAttr
+
+
+class LinkConfig(Section):
+    """Interference at the receiver, with an explicit unit (default: none).
+
+    ``interference_dbm`` / ``interference_w`` are a power (drawn per transfer);
+    ``interference_dbm_hz`` is a power spectral density, so the interference a
+    transfer sees scales with the bandwidth it occupies.
+    """
+
+    interference_dbm: NumberAttr | None = Field(
+        default=None, description="interference power at the receiver, dBm (drawn per transfer)"
+    )
+    interference_w: NumberAttr | None = Field(
+        default=None, description="interference power at the receiver, W (drawn per transfer)"
+    )
+    interference_dbm_hz: float | None = Field(
+        default=None,
+        ge=-250,
+        le=-50,
+        description="interference PSD, dBm/Hz (scales with the bandwidth held)",
+    )
+
+    @model_validator(mode="after")
+    def _one_unit(self) -> LinkConfig:
+        given = [self.interference_dbm, self.interference_w, self.interference_dbm_hz]
+        if sum(v is not None for v in given) > 1:
+            raise ValueError(
+                "set one of interference_dbm, interference_w, interference_dbm_hz, not several"
+            )
+        return self
+
+
+class UplinkConfig(LinkConfig):
+    """The uplink: clients' transmissions to the server (FDMA), and its interference."""
+
+    total_bandwidth_mhz: float | None = Field(
+        default=None,
+        gt=0,
+        le=1e6,
+        description="cell uplink band; uploads beyond it wait for spectrum, first come first "
+        "served (default: unlimited, each client on its own band as KAPC Table 4)",
+    )
+
+
+class DownlinkConfig(LinkConfig):
+    """The downlink: the server's transmitter, shared by its sends, and its interference."""
+
+    mode: Literal["broadcast", "unicast"] = Field(
+        default="broadcast",
+        description="a payload every client gets goes out once (broadcast) or once per client",
+    )
+    bandwidth_mhz: float = Field(
+        default=50.0, gt=0, le=1e5, description="the server transmitter's band, shared by its sends"
+    )
+    tx_power_dbm: float = Field(
+        default=30.0, ge=-50, le=80, description="the server's transmit power, split like its band"
+    )
+    broadcast_rate: Literal["rateless", "worst"] = Field(
+        default="rateless",
+        description="'rateless': each receiver decodes at its own rate (ideal); "
+        "'worst': a fixed-rate multicast at the worst receiver's rate",
+    )
+
+
+class NetworkConfig(Section):
+    """Path loss, fading, noise and rate model (defaults: KAPC Table 4).
+
+    ``preset = "table5"`` fixes the spectral efficiency at 1 bit/s/Hz, the only
+    reading that reproduces KAPC Table 5's times (see docs/design.md, "Physical layer").
+    """
+
+    preset: Literal["physical", "table5"] = Field(
+        default="physical",
+        description="'physical': Shannon rates; 'table5': 1 bit/s/Hz, as KAPC Table 5's times",
+    )
+    pathloss_db: float = Field(default=-40.0, ge=-200, le=0, description="gain at reference_m, dB")
+    reference_m: float = Field(
+        default=1.0, gt=0, le=1e4, description="reference distance of the path-loss model, m"
+    )
+    exponent: float = Field(default=4.0, gt=0, le=10, description="path-loss exponent")
+    noise_psd_dbm_hz: float = Field(
+        default=-174.0, ge=-230, le=-100, description="thermal noise PSD, dBm/Hz"
+    )
+    fading: str = Field(default="none", description="small-scale fading model (mecsim list fading)")
+    rician_k: float = Field(
+        default=3.0, ge=0, le=1e4, description="rician fading: K factor (linear)"
+    )
+    shadowing_sigma_db: float = Field(
+        default=8.0, ge=0, le=50, description="lognormal fading: shadowing sigma, dB"
+    )
+    spectral_efficiency: float | None = Field(default=None, gt=0, le=100, description="bit/s/Hz")
+    coherence_ms: float = Field(
+        default=10.0,
+        ge=0.01,
+        le=1e7,
+        description="block fading: a new fading draw every this many ms (at least 0.01)",
+    )
+    min_snr_db: float | None = Field(
+        default=None,
+        ge=-100,
+        le=100,
+        description="outage: a fading block below this SINR carries nothing",
+    )
+    max_transfer_s: float | None = Field(
+        default=None, gt=0, le=1e9, description="a transfer unfinished after this long fails"
+    )
+    retries: int = Field(default=0, ge=0, le=100, description="attempts after a failed transfer")
+    uplink: UplinkConfig = UplinkConfig()
+    downlink: DownlinkConfig = DownlinkConfig()
+
+    @model_validator(mode="after")
+    def _preset(self) -> NetworkConfig:
+        if self.preset == "table5" and self.spectral_efficiency is None:
+            self.spectral_efficiency = 1.0
+        return self
