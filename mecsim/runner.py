@@ -524,6 +524,26 @@ def build_world(sc: Scenario, torch_device: torch.device) -> World:
     return World(clients, network, data, num_train, models, ctx, evaluator, public_nbytes, faults)
 
 
+@dataclass
+class Setup:
+    """How a run executes, decided before its first event (``summary.json`` reports it)."""
+
+    device: torch.device
+    threads: int
+    executor: str
+    executor_setting: str
+    calibration: Calibration | None
+
+
+@dataclass
+class Resume:
+    """Where a run's checkpoint lives and what it saved (None: starting over)."""
+
+    path: Path
+    digest: str
+    saved: dict[str, Any] | None
+
+
 def _run(
     sc: Scenario,
     run_dir: Path | None,
@@ -536,44 +556,66 @@ def _run(
 ) -> RunResult:
     """Build everything and simulate (``run`` after the target is claimed)."""
     torch_device = resolve_device(device)
-    cost_only = sc.execution.cost_only
-    if cost_only and sc.execution.threads == "auto":  # nothing trains: no CPUs to sample
+    if sc.execution.cost_only and sc.execution.threads == "auto":  # no CPUs to sample
         threads = torch.get_num_threads()
     else:
         threads = apply_threads(sc.execution.threads)  # before torch's first kernel
+    checkpoint = None
     if run_dir is not None:  # checkpoints sit beside the run directory until it is written
         path = checkpoint_path(run_dir)
         digest = scenario_digest(sc.model_dump(mode="json"))
         saved = load_checkpoint(path, digest) if resume else None  # refused before any work
         if saved is None and path.exists():
             log.info("%s: starting over; add --resume to continue the interrupted run", path)
+        checkpoint = Resume(path, digest, saved)
     world = build_world(sc, torch_device)
-    clients, data, num_train, models = world.clients, world.data, world.num_train, world.models
-    executor_used, calibration = plan_executor(sc, world.ctx, executor, data.num_classes)
-    job_executor = build_executor(sc, world.ctx, executor_used, calibration)
-    if run_dir is not None:  # after the probe, whose timings a busy thread would disturb
+    executor_used, calibration = plan_executor(sc, world.ctx, executor, world.data.num_classes)
+    setup = Setup(
+        torch_device, threads, executor_used, executor or sc.execution.executor, calibration
+    )
+    sim = build_simulation(sc, world, setup, checkpoint)
+    simulate(sc, sim, run_dir, progress)
+    result = tabulate(sc, world, setup, sim, run_dir)
+    if write:
+        assert run_dir is not None
+        write_run_directory(result, run_dir)
+        if sim.checkpointer is not None:
+            sim.checkpointer.path.unlink(missing_ok=True)
+        log.info("wrote %s", run_dir)
+    return result
+
+
+def build_simulation(
+    sc: Scenario, world: World, setup: Setup, checkpoint: Resume | None
+) -> Simulation:
+    """The executor (recording, or replaying a checkpoint), the evaluator and the
+    :class:`Simulation` of a built world, before its first event."""
+    job_executor = build_executor(sc, world.ctx, setup.executor, setup.calibration)
+    if checkpoint is not None:  # after the probe, whose timings a busy thread would disturb
         _import_writers_in_background()
     evaluator: Any = world.evaluator
-    if isinstance(evaluator, Evaluator) and executor_used == "batched":
+    if isinstance(evaluator, Evaluator) and setup.executor == "batched":
         # personalized models in stacked groups: on a GPU always, on a CPU when faster
-        evaluator.batched = True if torch_device.type == "cuda" else None
+        evaluator.batched = True if setup.device.type == "cuda" else None
     checkpointer = None
-    if run_dir is not None:
-        job_executor = ReplayingExecutor(job_executor, record=not cost_only)
+    if checkpoint is not None:
+        job_executor = ReplayingExecutor(job_executor, record=not sc.execution.cost_only)
+        saved = checkpoint.saved
         if saved is not None:
             job_executor.replay(saved["log"], CostOnlyExecutor(world.ctx))
             evaluator = ReplayEvaluator(world.evaluator)
             log.info("replaying the first %d rounds without training", saved["rounds_done"])
         out = sc.output
         checkpointer = Checkpointer(
-            path, digest, out.checkpoint_every, out.checkpoint_minutes, saved
+            checkpoint.path, checkpoint.digest, out.checkpoint_every, out.checkpoint_minutes, saved
         )
-    sim = Simulation(
+    evaluation = sc.evaluation
+    return Simulation(
         algorithm=world.ctx.algorithm,
         executor=job_executor,
         network=world.network,
-        clients=clients,
-        indices=[data.client_indices(c) for c in range(sc.clients.count)],
+        clients=world.clients,
+        indices=[world.data.client_indices(c) for c in range(sc.clients.count)],
         server_device=DEVICES.get(sc.server.device),
         evaluator=evaluator,
         protocol=sc.protocol,
@@ -583,11 +625,17 @@ def _run(
         faults=world.faults,
         checkpointer=checkpointer,
         bulk_rounds=sc.execution.bulk_rounds,
-        new_clients=sc.evaluation.new_clients,
-        new_client_adaptation=sc.evaluation.new_client_adaptation,
-        new_client_epochs=sc.evaluation.new_client_epochs,
+        new_clients=evaluation.new_clients,
+        new_client_adaptation=evaluation.new_client_adaptation,
+        new_client_epochs=evaluation.new_client_epochs,
     )
+
+
+def simulate(sc: Scenario, sim: Simulation, run_dir: Path | None, progress: bool | None) -> None:
+    """Run the protocol to its end, with a progress bar; keep the checkpoint of an
+    interrupted run and say how to resume it."""
     show = sc.output.progress if progress is None else progress
+    checkpointer = sim.checkpointer
     with tqdm(total=sc.protocol.rounds, desc=sc.name, unit="round", disable=not show) as bar:
 
         def on_round(row: dict[str, Any]) -> None:
@@ -618,16 +666,14 @@ def _run(
     if close is not None:
         close()
 
+
+def clients_frame(world: World, sim: Simulation, accuracies: list[float] | float) -> pd.DataFrame:
+    """The clients table: each client's radio, device, data, model and final accuracy."""
     import pandas as pd
 
-    from mecsim.analysis import summarize
-
-    events = sim.recorder.events()
-    rounds = sim.recorder.rounds()
-    final = sim.last_evaluation
-    newcomers = evaluate_newcomers(sc, world, sim, events)
+    clients, data, models = world.clients, world.data, world.models
     params = {name: arch.num_params() for name, arch in models.architectures.items()}
-    clients_table = pd.DataFrame(
+    return pd.DataFrame(
         {
             "client": [c.id for c in clients],
             "distance_m": [c.distance_m for c in clients],
@@ -638,7 +684,7 @@ def _run(
             "device_power_w": [c.device.power_w for c in clients],
             "rx_power_w": [c.device.rx_power_w for c in clients],
             "idle_power_w": [c.device.idle_power_w for c in clients],
-            "num_train": num_train,
+            "num_train": world.num_train,
             "num_val": [v.shape[0] for v in data.val],
             "num_test": [t.shape[0] for t in data.test],
             "model": list(models.client_arch),
@@ -649,11 +695,28 @@ def _run(
                 world.ctx.per_sample_flops[arch] // 2 for arch in models.client_arch
             ],
             "state_peak_bytes": sim.client_state_peak_bytes,
-            "final_personal_acc": [*final.client_acc, *newcomers.get("new_client_accs", [])]
-            if final and final.client_acc
-            else float("nan"),
+            "final_personal_acc": accuracies,
         }
     )
+
+
+def tabulate(
+    sc: Scenario, world: World, setup: Setup, sim: Simulation, run_dir: Path | None
+) -> RunResult:
+    """A finished simulation as tables: events, rounds, clients and ``summary.json``."""
+    from mecsim.analysis import summarize
+
+    cost_only = sc.execution.cost_only
+    events, rounds = sim.recorder.events(), sim.recorder.rounds()
+    final = sim.last_evaluation
+    newcomers = evaluate_newcomers(sc, world, sim, events)
+    accuracies = (
+        [*final.client_acc, *newcomers.get("new_client_accs", [])]
+        if final and final.client_acc
+        else float("nan")
+    )
+    clients_table = clients_frame(world, sim, accuracies)
+    data = world.data
     summary = {
         "name": sc.name,
         "seed": sc.seed,
@@ -669,27 +732,20 @@ def _run(
             if sc.execution.accuracy_curve is not None
             else "none"
         ),
-        "executor": executor_used,
-        "executor_setting": executor or sc.execution.executor,
-        "threads": threads,
+        "executor": setup.executor,
+        "executor_setting": setup.executor_setting,
+        "threads": setup.threads,
         "threads_setting": sc.execution.threads,
-        "calibration": None if calibration is None else calibration.as_dict(),
+        "calibration": None if setup.calibration is None else setup.calibration.as_dict(),
         "evaluation_probe": getattr(world.evaluator, "probe_result", None),
         **newcomers,
-        "device": torch_device.type,
+        "device": setup.device.type,
         "protocol": sc.protocol.model_dump(mode="json"),
         "network": sc.network.model_dump(mode="json", exclude_none=True),
     }
-    result = RunResult(
+    return RunResult(
         sc, events, rounds, clients_table, summary, run_dir, sim.server_state, sim.client_states
     )
-    if write:
-        assert run_dir is not None
-        write_run_directory(result, run_dir)
-        if checkpointer is not None:
-            checkpointer.path.unlink(missing_ok=True)
-        log.info("wrote %s", run_dir)
-    return result
 
 
 def evaluate_newcomers(
