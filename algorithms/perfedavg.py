@@ -47,7 +47,7 @@ from mecsim.training import Batch, Forward, Loss, Schedule
 class PerFedAvgSettings(AlgorithmSettings):
     alpha: float = Field(default=0.01, gt=0, description="alpha: the personal step size")
     delta: float = Field(
-        default=1e-4, gt=0, description="delta: finite-difference step of the HF variant"
+        default=1e-3, gt=0, description="delta: finite-difference step of the HF variant"
     )
     hessian_product: Literal["finite_difference", "exact"] = Field(
         default="finite_difference",
