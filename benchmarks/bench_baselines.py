@@ -7,8 +7,9 @@ protocol it declares), with what it needs: 200 public images for the algorithms 
 distil on public data, a 20 % validation split where it selects models on one, and
 PersFL's 29 FedAvg rounds before its local round, and FedBN on cnn-small's BatchNorm
 variant. A run that stops with "training diverged" is reported as diverged. The
-executor is pinned (batched): serial and batched runs write the same events table, but
-their float rounding differs, which moves these 30-round accuracies by up to about 0.03.
+executor (batched) and the thread count (1) are pinned: runs on other executors or
+thread counts write the same events table, but their float rounding differs, which
+moves these 30-round accuracies (by up to about 0.02 for most algorithms).
 
     python benchmarks/bench_baselines.py                 # prints the table
     python benchmarks/bench_baselines.py --write docs/baselines.md
@@ -50,6 +51,7 @@ def settings(name: str, momentum: float) -> list[str]:
         f"protocol.kind={kind}",
         "output.progress=false",
         "execution.executor=batched",  # pinned: auto's timing probe would pick per machine load
+        "execution.threads=1",  # pinned: "auto" follows the idle CPUs, and rounding with it
     ]
     out += requirements(name, 30, public_size=200, val_fraction=0.2)
     if name == "fedbn":  # it keeps normalization layers local: the BatchNorm variant
@@ -94,11 +96,12 @@ def new_client_row(name: str, held_out: int) -> dict[str, object]:
             f"evaluation.new_client_adaptation={adaptation}",
             "output.progress=false",
             "execution.executor=batched",
+            "execution.threads=1",
             *requirements(name, 30, public_size=200, val_fraction=0.2),
         ]
         s = mecsim.run(SCENARIO, keys, write=False).summary
         row["personal"] = s["final_personal_acc"]
-        row[adaptation] = s["new_client_acc"]
+        row[f"new:{adaptation}"] = s["new_client_acc"]
     return row
 
 
@@ -109,7 +112,7 @@ def render_new_clients(rows: list[dict[str, object]], held_out: int) -> str:
         "| --- | ---: | ---: | ---: |",
     ]
     for r in rows:
-        cells = [fmt(r[k]) for k in ("personal", "algorithm", "finetune")]
+        cells = [fmt(r[k]) for k in ("personal", "new:algorithm", "new:finetune")]
         lines.append(f"| {r['algorithm']} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
