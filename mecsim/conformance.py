@@ -10,7 +10,12 @@ batched executor, and cost-only where the algorithm allows it. Checks:
 * ``executors``: serial and batched write the same events table (times, bytes,
   FLOPs) and accuracies within 0.05;
 * ``cost-only``: a cost-only run (no training) has the serial run's events table,
-  or is refused because the algorithm's payload depends on training.
+  or is refused because the algorithm's payload depends on training;
+* ``mix`` (asynchronous protocols): every server update is the convex mix
+  ``(1 - a) w + a w_i`` of the broadcast model and the upload on the uploaded
+  entries, and leaves the rest alone; the default ``mix`` hands ``aggregate`` a
+  weighted pair, and an ``aggregate`` that ignores ``Upload.aggregation_weight``
+  fails here instead of mis-weighting silently.
 
 The built-in algorithms are held to it by ``tests/test_conformance.py``.
 """
@@ -120,6 +125,46 @@ def recorded(cls: type, hook: str, sent: list) -> Iterator[None]:
         setattr(cls, hook, original)
 
 
+@contextmanager
+def mixes(cls: type, seen: list) -> Iterator[None]:
+    """Record ``(before, upload, weight, after)`` of every ``cls.mix``: the broadcast payload
+    before and after, the upload's payload and the mixing weight."""
+    from mecsim.algorithms.base import RoundContext
+
+    original = cls.mix
+
+    def recording(self, server_state, upload, weight, ctx):
+        broadcast = RoundContext(ctx.round, None, {}, ctx.seed)
+        before = self.downlink(server_state, broadcast)
+        out = original(self, server_state, upload, weight, ctx)
+        seen.append((before, upload.payload, weight, self.downlink(out, broadcast)))
+        return out
+
+    cls.mix = recording
+    try:
+        yield
+    finally:
+        cls.mix = original
+
+
+def mix_problems(seen: list) -> list[str]:
+    """Where an asynchronous update was not ``w <- (1 - a) w + a w_i`` on the uploaded
+    entries (and no change elsewhere): an ``aggregate`` that ignored the pair's weights."""
+    import torch
+
+    problems = []
+    for before, payload, weight, after in seen:
+        for key, old in (before or {}).items():
+            if not old.is_floating_point():
+                continue
+            new = payload.get(key)
+            expected = old if new is None else (1 - weight) * old + weight * new.to(old.dtype)
+            if not torch.allclose(after[key], expected, rtol=1e-4, atol=1e-6):
+                problems.append(f"mix at weight {weight:.3g} gave {key} off the convex mix")
+                break
+    return problems[:3]
+
+
 def check_protocol(name: str, kind: str) -> list[Outcome]:
     """Every check of algorithm ``name`` under protocol ``kind``."""
     import numpy as np
@@ -133,8 +178,14 @@ def check_protocol(name: str, kind: str) -> list[Outcome]:
     settings = overrides(name, kind)
     uploads: list = []
     downlinks: list = []
+    mixed: list = []
+    asynchronous = kind in ("fedasync", "fedbuff") and cls.broadcast
     with recorded(cls, "upload", uploads), recorded(cls, "downlink", downlinks):
-        serial = mecsim.run(copy.deepcopy(TINY), settings, executor="serial", write=False)
+        if asynchronous:
+            with mixes(cls, mixed):
+                serial = mecsim.run(copy.deepcopy(TINY), settings, executor="serial", write=False)
+        else:
+            serial = mecsim.run(copy.deepcopy(TINY), settings, executor="serial", write=False)
     batched = mecsim.run(copy.deepcopy(TINY), settings, executor="batched", write=False)
     events = serial.events
 
@@ -178,7 +229,18 @@ def check_protocol(name: str, kind: str) -> list[Outcome]:
             pd.testing.assert_frame_equal(serial.events, dry.events)
         except (AssertionError, MecsimError) as error:
             cost.problems.append(f"cost-only differs: {str(error).splitlines()[0]}")
-    return [sizes, work, same, cost]
+    mixing = Outcome(kind, "mix")
+    if not asynchronous:
+        mixing.skipped = (
+            "no asynchronous updates"
+            if kind not in ("fedasync", "fedbuff")
+            else ("per-client downlinks")
+        )
+    elif not mixed:
+        mixing.problems.append("the asynchronous run applied no update")
+    else:
+        mixing.problems += mix_problems(mixed)
+    return [sizes, work, same, cost, mixing]
 
 
 def check_algorithm(name: str, progress: Callable[[str], None] | None = None) -> list[Outcome]:

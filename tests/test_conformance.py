@@ -21,7 +21,7 @@ def cases() -> list:
 @pytest.mark.parametrize(("name", "kind"), cases())
 def test_algorithm_conforms_under_protocol(name, kind):
     outcomes = check_protocol(name, kind)
-    assert [o.check for o in outcomes] == ["bytes", "flops", "executors", "cost-only"]
+    assert [o.check for o in outcomes] == ["bytes", "flops", "executors", "cost-only", "mix"]
     assert all(o.ok for o in outcomes), render(name, outcomes)
 
 
@@ -59,3 +59,24 @@ def test_mecsim_check_prints_a_table_and_fails_a_broken_plug_in(tmp_path, capsys
     assert "compute_and_wait   bytes      ok" in out
     assert main(["check", "fedavg"]) == 0
     assert "checks of fedavg: all passed" in capsys.readouterr().out
+
+
+def test_mecsim_check_catches_an_aggregate_that_ignores_the_mixing_weights():
+    """The default mix hands aggregate a weighted pair; an aggregate that averages
+    uniformly would move the model halfway at every arrival, whatever its staleness
+    weight. The mix check fails it (the synchronous checks cannot see it)."""
+    from mecsim.algorithms.aggregate import weighted_average
+    from mecsim.algorithms.fedavg import FedAvg
+
+    @ALGORITHMS.register("unweighted", "FedAvg whose aggregate ignores the weights")
+    class Unweighted(FedAvg):
+        def aggregate(self, server_state, uploads, ctx):
+            average = weighted_average([u.payload for u in uploads], [1.0] * len(uploads))
+            return {**server_state, "global": server_state["global"].merge(average)}
+
+    try:
+        outcomes = {o.check: o for o in check_protocol("unweighted", "fedasync")}
+    finally:
+        ALGORITHMS.remove("unweighted")
+    assert outcomes["bytes"].ok and outcomes["executors"].ok
+    assert not outcomes["mix"].ok and "convex mix" in outcomes["mix"].problems[0]
