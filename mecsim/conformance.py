@@ -15,7 +15,11 @@ batched executor, and cost-only where the algorithm allows it. Checks:
   ``(1 - a) w + a w_i`` of the broadcast model and the upload on the uploaded
   entries, and leaves the rest alone; the default ``mix`` hands ``aggregate`` a
   weighted pair, and an ``aggregate`` that ignores ``Upload.aggregation_weight``
-  fails here instead of mis-weighting silently.
+  fails here instead of mis-weighting silently;
+* ``resume`` (under the algorithm's first protocol; ``tests/test_checkpoint.py``
+  covers every protocol): a run interrupted after round 1 and resumed from its
+  checkpoint writes the uninterrupted run's events and rounds tables and ends in
+  its server and client states.
 
 The built-in algorithms are held to it by ``tests/test_conformance.py``.
 """
@@ -165,6 +169,87 @@ def mix_problems(seen: list) -> list[str]:
     return problems[:3]
 
 
+class _Stop(BaseException):
+    """Stands in for an interruption (SIGINT) at the end of a round."""
+
+
+@contextmanager
+def interrupted_after(rounds: int) -> Iterator[None]:
+    """Raise :class:`_Stop` once ``rounds`` round rows (and their checkpoints) are written."""
+    from mecsim.simulation import Simulation
+
+    original = Simulation.end_round
+    rows = {"n": 0}
+
+    def end_round(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        rows["n"] += 1
+        if rows["n"] == rounds:
+            raise _Stop
+
+    Simulation.end_round = end_round
+    try:
+        yield
+    finally:
+        Simulation.end_round = original
+
+
+def tensors_in(obj: object) -> list:
+    """Every tensor inside a state (dicts, lists, tuples, model states), in a fixed order."""
+    import torch
+
+    from mecsim.state import ModelState
+
+    if isinstance(obj, torch.Tensor):
+        return [obj]
+    if isinstance(obj, ModelState):
+        return tensors_in(obj.params) + tensors_in(obj.buffers)
+    if isinstance(obj, dict):
+        return [t for k in sorted(obj, key=str) for t in tensors_in(obj[k])]
+    if isinstance(obj, (list, tuple)):
+        return [t for item in obj for t in tensors_in(item)]
+    return []
+
+
+def resume_problems(settings: list[str]) -> list[str]:
+    """Run, interrupt after round 1 and resume; compare with an uninterrupted run."""
+    import tempfile
+    from pathlib import Path
+
+    import pandas as pd
+
+    import mecsim
+
+    keys = [*settings, "output.checkpoint_every=1"]
+    wall = ["wall_s", "wall_train_s"]
+    with tempfile.TemporaryDirectory(prefix="mecsim-check-") as tmp:
+        whole = mecsim.run(copy.deepcopy(TINY), keys, out=Path(tmp, "whole"), executor="serial")
+        try:
+            with interrupted_after(1):
+                mecsim.run(copy.deepcopy(TINY), keys, out=Path(tmp, "cut"), executor="serial")
+        except _Stop:
+            pass
+        else:
+            return ["the run ended before it could be interrupted"]
+        resumed = mecsim.run(
+            copy.deepcopy(TINY), keys, out=Path(tmp, "cut"), executor="serial", resume=True
+        )
+        problems = []
+        for table in ("events", "rounds"):
+            a, b = getattr(whole, table), getattr(resumed, table)
+            if table == "rounds":
+                a, b = a.drop(columns=wall), b.drop(columns=wall)
+            try:
+                pd.testing.assert_frame_equal(a, b)
+            except AssertionError as error:
+                problems.append(f"resumed {table} differ: {str(error).splitlines()[0]}")
+        for name in ("server_state", "client_states"):
+            a, b = tensors_in(getattr(whole, name)), tensors_in(getattr(resumed, name))
+            if len(a) != len(b) or not all(x.equal(y) for x, y in zip(a, b, strict=False)):
+                problems.append(f"the resumed run's final {name.replace('_', ' ')} differ")
+        return problems
+
+
 def check_protocol(name: str, kind: str) -> list[Outcome]:
     """Every check of algorithm ``name`` under protocol ``kind``."""
     import numpy as np
@@ -240,7 +325,13 @@ def check_protocol(name: str, kind: str) -> list[Outcome]:
         mixing.problems.append("the asynchronous run applied no update")
     else:
         mixing.problems += mix_problems(mixed)
-    return [sizes, work, same, cost, mixing]
+    resumed = Outcome(kind, "resume")
+    first = protocols_of(name)[0]
+    if kind != first:
+        resumed.skipped = f"checked under {first}"
+    else:
+        resumed.problems += resume_problems(settings)
+    return [sizes, work, same, cost, mixing, resumed]
 
 
 def check_algorithm(name: str, progress: Callable[[str], None] | None = None) -> list[Outcome]:

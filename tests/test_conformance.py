@@ -21,7 +21,14 @@ def cases() -> list:
 @pytest.mark.parametrize(("name", "kind"), cases())
 def test_algorithm_conforms_under_protocol(name, kind):
     outcomes = check_protocol(name, kind)
-    assert [o.check for o in outcomes] == ["bytes", "flops", "executors", "cost-only", "mix"]
+    assert [o.check for o in outcomes] == [
+        "bytes",
+        "flops",
+        "executors",
+        "cost-only",
+        "mix",
+        "resume",
+    ]
     assert all(o.ok for o in outcomes), render(name, outcomes)
 
 
@@ -80,3 +87,26 @@ def test_mecsim_check_catches_an_aggregate_that_ignores_the_mixing_weights():
         ALGORITHMS.remove("unweighted")
     assert outcomes["bytes"].ok and outcomes["executors"].ok
     assert not outcomes["mix"].ok and "convex mix" in outcomes["mix"].problems[0]
+
+
+def test_mecsim_check_catches_a_run_its_checkpoint_cannot_reproduce():
+    """An algorithm that draws from a stream outside the scenario's seeded ones (here an
+    unseeded ``random.Random``) cannot be resumed to the tables it would have written:
+    the resume check fails it."""
+    import random
+
+    from mecsim.algorithms.fedavg import FedAvg
+    from mecsim.conformance import resume_problems
+
+    @ALGORITHMS.register("unseeded", "FedAvg with an unseeded draw in its aggregate")
+    class Unseeded(FedAvg):
+        def aggregate(self, server_state, uploads, ctx):
+            out = super().aggregate(server_state, uploads, ctx)
+            bias = out["global"].params["classifier.2.bias"] + random.Random().random()
+            return {**out, "global": out["global"].merge({"classifier.2.bias": bias})}
+
+    try:
+        problems = resume_problems(["algorithm.name=unseeded"])
+    finally:
+        ALGORITHMS.remove("unseeded")
+    assert "the resumed run's final server state differ" in problems
