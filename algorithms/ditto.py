@@ -12,10 +12,10 @@ import dataclasses
 from pydantic import Field
 
 from mecsim.algorithms.base import ClientState, RoundContext, Task
-from mecsim.algorithms.losses import PROXIMAL_FLOPS_PER_PARAMETER, proximal_cross_entropy
+from mecsim.algorithms.losses import proximal_cross_entropy, proximal_flops
 from mecsim.algorithms.pflplus import PFLPlus, PFLPlusSettings
 from mecsim.algorithms.registry import ALGORITHMS
-from mecsim.state import ModelState, Payload, TensorDict
+from mecsim.state import Payload, TensorDict
 from mecsim.training import Loss
 
 
@@ -33,10 +33,6 @@ def received_global(
 def personal_loss(algorithm: Ditto, task: Task) -> Loss:
     """Eq. (2): CE + lambda/2 ||v - w_G||^2."""
     return proximal_cross_entropy(task.split, algorithm.settings.lam)
-
-
-def proximal_flops(algorithm: Ditto, task: Task, start: ModelState, steps: int) -> int:
-    return PROXIMAL_FLOPS_PER_PARAMETER * start.num_params() * steps
 
 
 @ALGORITHMS.register("ditto", "Ditto: personal model pulled to w_G, lambda/2||w_p - w_G||^2 (PFL+)")

@@ -10,7 +10,7 @@ from pydantic import Field
 
 from mecsim.algorithms.base import AlgorithmSettings, ClientState, RoundContext, Task
 from mecsim.algorithms.fedavg import FedAvg
-from mecsim.algorithms.losses import PROXIMAL_FLOPS_PER_PARAMETER, proximal_cross_entropy
+from mecsim.algorithms.losses import proximal_cross_entropy, proximal_flops
 from mecsim.algorithms.registry import ALGORITHMS
 from mecsim.state import ModelState, Payload, TensorDict
 from mecsim.training import Loss
@@ -37,4 +37,4 @@ class FedProx(FedAvg):
         return proximal_cross_entropy(task.split, self.settings.mu)
 
     def extra_flops(self, task: Task, start: ModelState, steps: int) -> int:
-        return PROXIMAL_FLOPS_PER_PARAMETER * start.num_params() * steps
+        return proximal_flops(self, task, start, steps)

@@ -72,7 +72,7 @@ from mecsim.algorithms.base import (
     Task,
 )
 from mecsim.algorithms.layerwise import LayerwiseMixing
-from mecsim.algorithms.losses import PROXIMAL_FLOPS_PER_PARAMETER, cross_entropy_loss, proximal
+from mecsim.algorithms.losses import cross_entropy_loss, proximal, proximal_flops
 from mecsim.algorithms.registry import ALGORITHMS
 from mecsim.models.layers import Layer
 from mecsim.rng import numpy_rng
@@ -223,4 +223,4 @@ class KAPC(LayerwiseMixing):
 
     def extra_flops(self, task: Task, start: ModelState, steps: int) -> int:
         # per parameter: subtract, square, accumulate; and the gradient 2 lambda (w - s)
-        return PROXIMAL_FLOPS_PER_PARAMETER * start.num_params() * steps
+        return proximal_flops(self, task, start, steps)

@@ -56,6 +56,7 @@ from mecsim.algorithms.losses import (
     cross_entropy,
     proximal,
     proximal_cross_entropy,
+    proximal_flops,
 )
 from mecsim.algorithms.registry import ALGORITHMS
 from mecsim.state import ModelState, Payload, TensorDict
@@ -143,10 +144,6 @@ def inner_solve(algorithm: PFedMe, task: Task) -> Schedule:
 def moreau_objective_loss(algorithm: PFedMe, task: Task) -> Loss:
     """f(theta) + lambda/2 ||theta - w||^2 (eq. 7)."""
     return proximal_cross_entropy(task.split, algorithm.settings.lam)
-
-
-def proximal_flops(algorithm: PFedMe, task: Task, start: ModelState, steps: int) -> int:
-    return PROXIMAL_FLOPS_PER_PARAMETER * start.num_params() * steps
 
 
 @ALGORITHMS.register("pfedme", "pFedMe: Moreau-envelope personal models, beta-mixed server")

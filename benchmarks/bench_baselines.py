@@ -33,6 +33,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIO = ROOT / "scenarios" / "quickstart.toml"
+PINNED = [
+    "output.progress=false",
+    "execution.executor=batched",  # auto's timing probe would pick by machine load
+    "execution.threads=1",  # "auto" follows the idle CPUs, and float rounding with it
+]
+"""Settings every run of this benchmark takes, so a table repeats on one machine."""
 
 
 def settings(name: str, momentum: float) -> list[str]:
@@ -49,9 +55,7 @@ def settings(name: str, momentum: float) -> list[str]:
         "data.alpha=0.1",
         "protocol.rounds=30",
         f"protocol.kind={kind}",
-        "output.progress=false",
-        "execution.executor=batched",  # pinned: auto's timing probe would pick per machine load
-        "execution.threads=1",  # pinned: "auto" follows the idle CPUs, and rounding with it
+        *PINNED,
     ]
     out += requirements(name, 30, public_size=200, val_fraction=0.2)
     if name == "fedbn":  # it keeps normalization layers local: the BatchNorm variant
@@ -94,9 +98,7 @@ def new_client_row(name: str, held_out: int) -> dict[str, object]:
             f"algorithm.name={name}",
             f"evaluation.new_clients={held_out}",
             f"evaluation.new_client_adaptation={adaptation}",
-            "output.progress=false",
-            "execution.executor=batched",
-            "execution.threads=1",
+            *PINNED,
             *requirements(name, 30, public_size=200, val_fraction=0.2),
         ]
         s = mecsim.run(SCENARIO, keys, write=False).summary

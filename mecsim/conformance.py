@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -110,45 +110,48 @@ def overrides(name: str, kind: str) -> list[str]:
 
 
 @contextmanager
-def recorded(cls: type, hook: str, sent: list) -> Iterator[None]:
-    """Record ``(round, client, nbytes)`` of every payload ``cls.hook`` returns."""
-    from mecsim.state import payload_nbytes
-
-    original = getattr(cls, hook)
-
-    def recording(self, state, ctx, *args):
-        payload = original(self, state, ctx, *args)
-        if payload:
-            sent.append((ctx.round, ctx.client, payload_nbytes(payload)))
-        return payload
-
-    setattr(cls, hook, recording)
+def patched(owner: type, name: str, wrap: Callable[[Callable], Callable]) -> Iterator[None]:
+    """Replace ``owner.name`` by ``wrap(original)`` for the block, then restore it."""
+    original = getattr(owner, name)
+    setattr(owner, name, wrap(original))
     try:
         yield
     finally:
-        setattr(cls, hook, original)
+        setattr(owner, name, original)
 
 
-@contextmanager
-def mixes(cls: type, seen: list) -> Iterator[None]:
+def recorded(cls: type, hook: str, sent: list):
+    """Record ``(round, client, nbytes)`` of every payload ``cls.hook`` returns."""
+    from mecsim.state import payload_nbytes
+
+    def wrap(original):
+        def recording(self, state, ctx, *args):
+            payload = original(self, state, ctx, *args)
+            if payload:
+                sent.append((ctx.round, ctx.client, payload_nbytes(payload)))
+            return payload
+
+        return recording
+
+    return patched(cls, hook, wrap)
+
+
+def mixes(cls: type, seen: list):
     """Record ``(before, upload, weight, after)`` of every ``cls.mix``: the broadcast payload
     before and after, the upload's payload and the mixing weight."""
     from mecsim.algorithms.base import RoundContext
 
-    original = cls.mix
+    def wrap(original):
+        def recording(self, server_state, upload, weight, ctx):
+            broadcast = RoundContext(ctx.round, None, {}, ctx.seed)
+            before = self.downlink(server_state, broadcast)
+            out = original(self, server_state, upload, weight, ctx)
+            seen.append((before, upload.payload, weight, self.downlink(out, broadcast)))
+            return out
 
-    def recording(self, server_state, upload, weight, ctx):
-        broadcast = RoundContext(ctx.round, None, {}, ctx.seed)
-        before = self.downlink(server_state, broadcast)
-        out = original(self, server_state, upload, weight, ctx)
-        seen.append((before, upload.payload, weight, self.downlink(out, broadcast)))
-        return out
+        return recording
 
-    cls.mix = recording
-    try:
-        yield
-    finally:
-        cls.mix = original
+    return patched(cls, "mix", wrap)
 
 
 def mix_problems(seen: list) -> list[str]:
@@ -173,25 +176,22 @@ class _Stop(BaseException):
     """Stands in for an interruption (SIGINT) at the end of a round."""
 
 
-@contextmanager
-def interrupted_after(rounds: int) -> Iterator[None]:
+def interrupted_after(rounds: int):
     """Raise :class:`_Stop` once ``rounds`` round rows (and their checkpoints) are written."""
     from mecsim.simulation import Simulation
 
-    original = Simulation.end_round
     rows = {"n": 0}
 
-    def end_round(self, *args, **kwargs):
-        original(self, *args, **kwargs)
-        rows["n"] += 1
-        if rows["n"] == rounds:
-            raise _Stop
+    def wrap(original):
+        def end_round(self, *args, **kwargs):
+            original(self, *args, **kwargs)
+            rows["n"] += 1
+            if rows["n"] == rounds:
+                raise _Stop
 
-    Simulation.end_round = end_round
-    try:
-        yield
-    finally:
-        Simulation.end_round = original
+        return end_round
+
+    return patched(Simulation, "end_round", wrap)
 
 
 def tensors_in(obj: object) -> list:
@@ -265,12 +265,9 @@ def check_protocol(name: str, kind: str) -> list[Outcome]:
     downlinks: list = []
     mixed: list = []
     asynchronous = kind in ("fedasync", "fedbuff") and cls.broadcast
-    with recorded(cls, "upload", uploads), recorded(cls, "downlink", downlinks):
-        if asynchronous:
-            with mixes(cls, mixed):
-                serial = mecsim.run(copy.deepcopy(TINY), settings, executor="serial", write=False)
-        else:
-            serial = mecsim.run(copy.deepcopy(TINY), settings, executor="serial", write=False)
+    watch_mix = mixes(cls, mixed) if asynchronous else nullcontext()
+    with recorded(cls, "upload", uploads), recorded(cls, "downlink", downlinks), watch_mix:
+        serial = mecsim.run(copy.deepcopy(TINY), settings, executor="serial", write=False)
     batched = mecsim.run(copy.deepcopy(TINY), settings, executor="batched", write=False)
     events = serial.events
 

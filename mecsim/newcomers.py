@@ -55,11 +55,10 @@ def starting_model(
 ) -> ModelState | None:
     """The model a new client fine-tunes: its personal model, else the generic one (or
     the generic one first)."""
-    first, second = algorithm.personal_model, lambda s, ss: algorithm.generic_model(ss)
-    if generic_first:
-        first, second = second, first
-    model = first(state, server_state)
-    return model if model is not None else second(state, server_state)
+    personal = algorithm.personal_model(state, server_state)
+    generic = algorithm.generic_model(server_state)
+    first, second = (generic, personal) if generic_first else (personal, generic)
+    return first if first is not None else second
 
 
 def finetune(
@@ -91,7 +90,7 @@ def finetune(
 def welcome(sim: Simulation, adaptation: str, epochs: int) -> Process:
     """After the last round: every new client downloads, adapts and is kept for evaluation
     (``sim.newcomer_models``)."""
-    newcomers = [c for c in range(len(sim.clients)) if c not in sim.trainers]
+    newcomers = list(range(len(sim.trainers), len(sim.clients)))
     if not newcomers:
         return
     round_ = sim.protocol.rounds
@@ -114,7 +113,7 @@ def _join(
 ) -> Process:
     """One new client: download, then its adaptation, timed on its device."""
     if not (yield from sim.download(round_, delivery)):
-        return  # it never received the model: evaluated as it started
+        return  # it never received the model: no model to score (its accuracy is NaN)
     algorithm = sim.algorithm
     if result is not None:  # the algorithm's own step (its upload is never sent)
         yield from sim.compute_tasks(round_, result, algorithm.round_tasks(round_), can_fail=False)
