@@ -208,6 +208,7 @@ def scenario_digest(resolved: dict[str, Any]) -> str:
         "ray_address",
         "ray_num_cpus",
         "ray_tasks",
+        "ray_inner",
         "threads",
     ):
         execution.pop(key, None)

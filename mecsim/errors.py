@@ -34,3 +34,8 @@ class UnknownNameError(ConfigError):
 
 class DatasetNotFoundError(MecsimError):
     """A dataset's files are missing and downloading is off or impossible."""
+
+
+class ExecutorLost(MecsimError):
+    """Every Ray worker is gone (the cluster, or its head, died): the run stops, and its
+    last checkpoint (``output.checkpoint_every``) continues it with ``--resume``."""

@@ -381,6 +381,7 @@ def build_executor(
             num_cpus=e.ray_num_cpus,
             gpus_per_task=e.ray_gpus_per_task,
             tasks=e.ray_tasks,
+            inner=e.ray_inner,
             max_clients=e.max_batch_clients,
         )
     if name == "batched":
@@ -737,6 +738,7 @@ def tabulate(
         "threads": setup.threads,
         "threads_setting": sc.execution.threads,
         "calibration": None if setup.calibration is None else setup.calibration.as_dict(),
+        "executor_report": executor_report(sim.executor),
         "evaluation_probe": getattr(world.evaluator, "probe_result", None),
         **newcomers,
         "device": setup.device.type,
@@ -746,6 +748,13 @@ def tabulate(
     return RunResult(
         sc, events, rounds, clients_table, summary, run_dir, sim.server_state, sim.client_states
     )
+
+
+def executor_report(executor: Any) -> dict[str, Any] | None:
+    """What the executor reports about where jobs ran (the Ray executor: jobs per node)."""
+    real = getattr(executor, "real", executor)  # behind the checkpoint's recorder
+    report = getattr(real, "report", None)
+    return None if report is None else report()
 
 
 def evaluate_newcomers(

@@ -338,6 +338,11 @@ class ExecutionConfig(Section):
     ray_tasks: int | None = Field(
         default=None, ge=1, description="Ray tasks per round (default: one per available CPU)"
     )
+    ray_inner: Literal["serial", "batched"] = Field(
+        default="batched",
+        description="how each Ray actor trains its share of a round's jobs (serial: "
+        "bit-identical to the serial executor, batched: faster)",
+    )
     cost_only: bool = Field(default=False, description="skip real training; time the network only")
     bulk_rounds: bool = Field(
         default=True,

@@ -11,19 +11,36 @@ Point mecsim at a cluster with ``execution.ray_address`` (e.g. ``"auto"``
 on a cluster node, or ``"ray://head:10001"``); without it a local Ray
 instance starts. ``execution.ray_gpus_per_task`` gives each actor a GPU
 share; an actor with a GPU trains on it.
+
+Actors are spread over the cluster's nodes (Ray's ``SPREAD`` strategy), and
+:meth:`RayExecutor.report` counts the jobs each node ran (``summary.json``'s
+``executor_report``). Faults: when an actor dies with its node, its chunk is
+resubmitted to a surviving actor (a pure, seeded job gives the same result
+the second time, so the tables do not change) and the pool shrinks. When no
+actor survives (the head or every worker node is gone), :class:`ExecutorLost`
+stops the run; the checkpoint it kept continues it with ``--resume``. Nodes
+that join later are not used by a running run.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
+from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from mecsim.errors import MecsimError
+from mecsim.errors import ExecutorLost, MecsimError
 from mecsim.executors.base import ClientJob, JobResult, TrainingContext
 from mecsim.state import ModelState
+
+log = logging.getLogger(__name__)
+
+MAX_RETRIES = 3
+"""Times one chunk of jobs is resubmitted after its actor died before the run stops."""
 
 
 def to_device(obj: Any, device: torch.device | str) -> Any:
@@ -55,15 +72,29 @@ class _Worker:
     """A Ray actor holding the training context on its device."""
 
     def __init__(self, ctx: TrainingContext, inner: str, max_clients: int | None) -> None:
+        import ray
+
         from mecsim.executors import make_executor
 
+        self.node = ray.get_runtime_context().get_node_id()
         self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
         options = {"max_clients": max_clients} if inner == "batched" else {}
         self.executor = make_executor(inner, context_on(ctx, self.device), **options)
 
-    def run(self, jobs: list[ClientJob]) -> list[JobResult]:
+    def run(self, jobs: list[ClientJob]) -> tuple[str, list[JobResult]]:
+        """The chunk's results, with the id of the Ray node that ran them."""
         results = self.executor.run(to_device(jobs, self.device))
-        return to_device(results, "cpu")
+        return self.node, to_device(results, "cpu")
+
+
+@dataclass
+class _Chunk:
+    """One actor's share of a round's jobs, and how often it was resubmitted."""
+
+    jobs: list[ClientJob]
+    worker: Any
+    retries: int = 0
+    results: list[JobResult] | None = None
 
 
 class RayExecutor:
@@ -79,6 +110,7 @@ class RayExecutor:
         tasks: int | None = None,
         inner: str = "batched",
         max_clients: int | None = None,
+        max_retries: int = MAX_RETRIES,
     ) -> None:
         try:
             import ray
@@ -97,21 +129,71 @@ class RayExecutor:
             )
         count = tasks or max(1, int(ray.available_resources().get("CPU", 1)))
         self.device = ctx.device
-        cpu_ctx = context_on(ctx, "cpu")
-        actor = ray.remote(num_cpus=1, num_gpus=gpus_per_task)(_Worker)
-        self.workers = [actor.remote(cpu_ctx, inner, max_clients) for _ in range(count)]
+        self.max_retries = max_retries
+        self.jobs_per_node: Counter[str] = Counter()
+        self.retried_jobs = 0
+        self.lost_workers = 0
+        context = ray.put(context_on(ctx, "cpu"))  # shipped once, shared by every actor
+        actor = ray.remote(num_cpus=1, num_gpus=gpus_per_task, max_restarts=0)(_Worker)
+        spread = actor.options(scheduling_strategy="SPREAD")  # one per node before doubling up
+        self.workers = [spread.remote(context, inner, max_clients) for _ in range(count)]
         context_on(ctx, self.device)
 
     def run(self, jobs: Sequence[ClientJob]) -> list[JobResult]:
+        """The jobs' results in order; a chunk whose actor died (its node removed or
+        crashed) is resubmitted to a surviving actor: jobs are pure and seeded, so the
+        retry's results are the ones the lost actor would have returned."""
         if not jobs:
             return []
         n = min(len(self.workers), len(jobs))
         bounds = [round(i * len(jobs) / n) for i in range(n + 1)]
         chunks = [
-            to_device(list(jobs[a:b]), "cpu") for a, b in zip(bounds, bounds[1:], strict=False)
+            _Chunk(to_device(list(jobs[a:b]), "cpu"), worker)
+            for a, b, worker in zip(bounds, bounds[1:], self.workers, strict=False)
         ]
-        refs = [w.run.remote(chunk) for w, chunk in zip(self.workers, chunks, strict=False)]
-        return [to_device(r, self.device) for part in self.ray.get(refs) for r in part]
+        pending = {chunk.worker.run.remote(chunk.jobs): chunk for chunk in chunks}
+        while pending:
+            ready, _ = self.ray.wait(list(pending), num_returns=1)
+            chunk = pending.pop(ready[0])
+            try:
+                node, chunk.results = self.ray.get(ready[0])
+            except self.ray.exceptions.RayTaskError as error:  # the job itself failed
+                cause = error.cause
+                raise (cause if isinstance(cause, MecsimError) else error) from None
+            except Exception as error:  # the actor or its node is gone
+                self._lose(chunk, error)
+                pending[chunk.worker.run.remote(chunk.jobs)] = chunk
+                continue
+            self.jobs_per_node[node] += len(chunk.jobs)
+        return [to_device(r, self.device) for chunk in chunks for r in chunk.results or ()]
+
+    def _lose(self, chunk: _Chunk, error: Exception) -> None:
+        """Drop ``chunk``'s dead actor and hand the chunk to a survivor."""
+        if chunk.worker in self.workers:
+            self.workers.remove(chunk.worker)
+            self.lost_workers += 1
+        chunk.retries += 1
+        if not self.workers or chunk.retries > self.max_retries:
+            raise ExecutorLost(
+                f"the Ray cluster lost every worker ({type(error).__name__}: "
+                f"{str(error).splitlines()[0]}); the run stops at its last checkpoint: "
+                "continue with --resume on a new cluster"
+            )
+        self.retried_jobs += len(chunk.jobs)
+        chunk.worker = self.workers[chunk.retries % len(self.workers)]
+        log.warning(
+            "a Ray worker was lost (%s); %d jobs re-run on another node",
+            type(error).__name__,
+            len(chunk.jobs),
+        )
+
+    def report(self) -> dict[str, Any]:
+        """What ran where: client jobs per Ray node id, jobs re-run after a lost worker."""
+        return {
+            "jobs_per_node": dict(sorted(self.jobs_per_node.items())),
+            "retried_jobs": self.retried_jobs,
+            "lost_workers": self.lost_workers,
+        }
 
     def close(self) -> None:
         """Stop the actors (the Ray instance stays up for reuse)."""
