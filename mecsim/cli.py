@@ -147,6 +147,21 @@ def _parser() -> argparse.ArgumentParser:
         "-j", "--jobs", type=int, default=1, metavar="N", help="run N points at a time (default 1)"
     )
     cmp.add_argument(
+        "--ray",
+        nargs="?",
+        const="",
+        metavar="ADDRESS",
+        help="run each sweep point as a task on a Ray cluster (ADDRESS, e.g. auto or "
+        "ray://head:10001; none: RAY_ADDRESS or a local instance); results are written here",
+    )
+    cmp.add_argument(
+        "--ray-resources",
+        default="num_cpus=1",
+        metavar="NAME=AMOUNT,...",
+        help="what each point's task asks of the cluster, e.g. num_cpus=2,num_gpus=0.5 "
+        "(default num_cpus=1)",
+    )
+    cmp.add_argument(
         "--targets", help="accuracy targets, e.g. 0.4,0.8 (default: [compare] targets)"
     )
     cmp.add_argument(
@@ -491,6 +506,9 @@ def _compare(args: argparse.Namespace) -> int:
         )
     if not args.scenario and (args.sweep or args.seeds or args.zip or args.resume):
         raise ConfigError("--sweep", "sweeps, --seeds, --zip and --resume need --scenario")
+    if not args.scenario and args.ray is not None:
+        raise ConfigError("--ray", "--ray runs a sweep's points: give --scenario")
+    cluster = _ray_cluster(args)
     if not runs and not args.scenario:
         raise ConfigError("runs", "give run directories or --scenario to compare")
     check_target(out / "comparison", overwrite=args.resume)
@@ -516,7 +534,12 @@ def _compare(args: argparse.Namespace) -> int:
             sorted(set(flatten(base.model_dump(mode="json"))) | set(sweep) | {"seed"}),
         )
         runs += run_sweep(
-            plan, jobs=args.jobs, resume=args.resume, imports=args.imports, device=args.device
+            plan,
+            jobs=args.jobs,
+            resume=args.resume,
+            imports=args.imports,
+            device=args.device,
+            ray=cluster,
         )
     table = compare(
         runs,
@@ -533,6 +556,16 @@ def _compare(args: argparse.Namespace) -> int:
         table[columns].to_string(index=False, float_format=lambda v: f"{v:.2f}") + "\n"
     )
     return 0
+
+
+def _ray_cluster(args: argparse.Namespace):
+    """The cluster ``--ray`` names (None: points run on this machine)."""
+    from mecsim.ray_sweeps import RayCluster, parse_resources
+
+    resources = parse_resources(args.ray_resources)  # checked even without --ray
+    if args.ray is None:
+        return None
+    return RayCluster(args.ray or None, resources)
 
 
 def _nothing_left_to_finish() -> bool:

@@ -34,6 +34,7 @@ from typing import Any
 import tomllib
 
 from mecsim.errors import ConfigError, MecsimError
+from mecsim.ray_sweeps import RayCluster, run_on_ray
 from mecsim.scenario import Scenario, apply_overrides, load_scenario, parse_override
 
 log = logging.getLogger(__name__)
@@ -342,12 +343,18 @@ def run_sweep(
     jobs: int = 1,
     resume: bool = False,
     imports: Sequence[str] = (),
+    ray: RayCluster | None = None,
     **run_options: Any,
 ) -> list[Path]:
     """Run the points of ``plan`` not yet done (``jobs`` at a time, each in its own
-    process when ``jobs`` > 1), logging ``[i/N]``, elapsed and estimated time left."""
+    process when ``jobs`` > 1; or as Ray tasks on ``ray``, see :mod:`mecsim.ray_sweeps`),
+    logging ``[i/N]``, elapsed and estimated time left."""
     if jobs < 1:
         raise ConfigError("-j", f"{jobs}: run at least one point at a time")
+    if ray is not None and jobs != 1:
+        raise ConfigError(
+            "-j", "--ray runs as many points at once as the cluster has resources for; drop -j"
+        )
     todo = [i for i, done in enumerate(plan.done) if not done]
     total = len(plan)
     skipped = total - len(todo)
@@ -371,6 +378,10 @@ def run_sweep(
             _clock(left),
         )
 
+    if ray is not None:
+        points = [(plan.data[i], plan.dirs[i]) for i in todo]
+        run_on_ray(points, ray, dict(options), imports, lambda k: report(todo[k]))
+        return plan.dirs
     if jobs == 1 or len(todo) <= 1:
         for index in todo:
             log.info("[%d/%d] running %s", finished + 1, total, plan.names[index])

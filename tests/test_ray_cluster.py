@@ -9,12 +9,17 @@ Marked ``ray`` (``pytest -m "not ray"`` skips them); skipped without Ray.
 from __future__ import annotations
 
 import json
+import logging
+import shutil
 from collections.abc import Iterator
 
 import pandas as pd
 import pytest
+import tomli_w
 
 import mecsim
+from mecsim import ray_sweeps
+from mecsim.cli import main
 from mecsim.errors import ExecutorLost
 from mecsim.executors.ray_backend import RayExecutor
 
@@ -151,6 +156,56 @@ def test_a_node_removed_in_round_2_of_5_loses_and_duplicates_no_job(
     assert report["retried_jobs"] > 0
     assert sum(report["jobs_per_node"].values()) == 9 * 5  # each job counted once
     assert_same_tables(undisturbed, result)
+
+
+def sweep_tables(out) -> dict[str, pd.DataFrame]:
+    """Every table of a sweep's runs and its comparison, wall-clock columns dropped."""
+    tables = {}
+    for path in sorted(out.rglob("*")):
+        if path.suffix in (".parquet", ".csv"):
+            frame = pd.read_parquet(path) if path.suffix == ".parquet" else pd.read_csv(path)
+            keep = [c for c in frame.columns if "wall" not in c]
+            tables[str(path.relative_to(out))] = frame[keep]
+    return tables
+
+
+def test_a_sweep_on_the_cluster_writes_the_local_sweeps_tables_despite_a_lost_node(
+    nodes, tiny, tmp_path, monkeypatch, caplog
+):
+    tiny["execution"] = {"threads": 1}
+    scenario = tmp_path / "s.toml"
+    scenario.write_text(tomli_w.dumps(tiny))
+    args = ["compare", "--scenario", str(scenario), "--sweep", "clients.bandwidth_mhz=1,5"]
+    args += ["--seeds", "0,1"]
+    assert main([*args, "--out", str(tmp_path / "local")]) == 0
+    written = []
+    original = ray_sweeps.write_point
+
+    def write_then_lose_a_node(run_dir, files):
+        original(run_dir, files)
+        written.append(run_dir.name)
+        if len(written) == 1:  # the other nodes are running points: one of them dies
+            nodes.remove(1)
+
+    monkeypatch.setattr(ray_sweeps, "write_point", write_then_lose_a_node)
+    remote = tmp_path / "remote"
+    assert main([*args, "--out", str(remote), "--ray", nodes.address]) == 0
+
+    assert len(written) == 4
+    local_tables, remote_tables = sweep_tables(tmp_path / "local"), sweep_tables(remote)
+    assert len(local_tables) > 4 and set(local_tables) == set(remote_tables)
+    for name, table in local_tables.items():
+        pd.testing.assert_frame_equal(table, remote_tables[name], obj=name)
+
+    shutil.rmtree(remote / "runs" / "bandwidth_mhz=5__seed=1")
+    written.clear()
+    with caplog.at_level(logging.INFO, logger="mecsim"):
+        assert main([*args, "--out", str(remote), "--ray", nodes.address, "--resume"]) == 0
+    assert written == ["bandwidth_mhz=5__seed=1"]
+    assert "resume: 3 of 4 points already finished" in caplog.text
+    again = sweep_tables(remote)
+    for name, table in local_tables.items():
+        pd.testing.assert_frame_equal(table, again[name], obj=name)
 
 
 def test_a_lost_cluster_stops_at_the_checkpoint_and_resumes_on_a_new_one(
