@@ -26,7 +26,8 @@ def weighted_average(payloads: Sequence[Payload], weights: Sequence[float]) -> P
         raise ValueError(f"{len(payloads)} payloads but {len(weights)} weights")
     if float(sum(weights)) <= 0:
         raise ValueError("weights must have a positive sum")
-    keys = list(dict.fromkeys(k for p in payloads for k in p))
+    distinct = {id(p): p for p in payloads}.values()  # cost-only classes share payloads
+    keys = list(dict.fromkeys(k for p in distinct for k in p))
     if any(p[k].is_meta for p in payloads[:1] for k in p):
         # cost-only runs: meta tensors carry shapes, not values; skip O(K) stacking
         # (torch.empty, not empty_like: on meta tensors that imports SymPy, 0.2 s)

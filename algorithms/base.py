@@ -184,6 +184,20 @@ class Upload:
         return self.num_samples if self.weight is None else self.weight
 
 
+def uploaded_elements(uploads: Sequence[Upload]) -> int:
+    """Tensor elements the uploads hold, in all (a payload shared by many uploads, as in
+    cost-only job classes, is counted by its size once and then by reference)."""
+    sizes: dict[int, int] = {}
+    total = 0
+    for upload in uploads:
+        key = id(upload.payload)
+        size = sizes.get(key)
+        if size is None:
+            size = sizes[key] = sum(t.numel() for t in upload.payload.values())
+        total += size
+    return total
+
+
 class Algorithm:
     """Base class of every FL/PFL algorithm; see the module docstring for the hooks."""
 
@@ -200,6 +214,12 @@ class Algorithm:
     """Whether clients may have different architectures."""
     public_data: ClassVar[Literal["none", "unlabeled", "labeled"]] = "none"
     """Whether clients use the public split, and whether they see its labels."""
+    client_blind_costs: ClassVar[bool] = False
+    """True when a job's FLOPs, steps, upload and new state depend on the client only
+    through the shapes of its state and payload and the sizes of its splits (no
+    per-client draw, no client id in a hook): cost-only runs then run one job per class
+    of equal inputs and share its results (:mod:`mecsim.executors.cost_only`).
+    ``mecsim check`` tests the claim."""
 
     def __init__(
         self,
@@ -269,7 +289,7 @@ class Algorithm:
 
     def aggregation_flops(self, server_state: ServerState, uploads: list[Upload]) -> int:
         """Server FLOPs of :meth:`aggregate`. Default: 2 per uploaded element (scale + add)."""
-        return 2 * sum(t.numel() for u in uploads for t in u.payload.values())
+        return 2 * uploaded_elements(uploads)
 
     def mix(
         self, server_state: ServerState, upload: Upload, weight: float, ctx: RoundContext

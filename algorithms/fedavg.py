@@ -30,6 +30,7 @@ class FedAvg(Algorithm):
     """Federated averaging of full models."""
 
     tasks = (Task("local", model="local", uploads=True),)
+    client_blind_costs = True
 
     def shared_keys(self) -> tuple[str, ...] | None:
         """Model entries that move between server and clients; None: all of them."""

@@ -11,6 +11,10 @@ batched executor, and cost-only where the algorithm allows it. Checks:
   FLOPs) and accuracies within 0.05;
 * ``cost-only``: a cost-only run (no training) has the serial run's events table,
   or is refused because the algorithm's payload depends on training;
+* ``classes`` (algorithms that declare ``client_blind_costs``): a cost-only run of
+  8 clients with two sample counts, where the executor runs one job per class of
+  alike clients and shares its result, writes the events table of the same run
+  with every job run;
 * ``mix`` (asynchronous protocols): every server update is the convex mix
   ``(1 - a) w + a w_i`` of the broadcast model and the upload on the uploaded
   entries, and leaves the rest alone; the default ``mix`` hands ``aggregate`` a
@@ -250,6 +254,30 @@ def resume_problems(settings: list[str]) -> list[str]:
         return problems
 
 
+def class_problems(cls: type, settings: list[str]) -> list[str]:
+    """Differences between a cost-only run that shares results within classes of alike
+    clients and the same run with every job run (the claim ``client_blind_costs``)."""
+    import pandas as pd
+
+    import mecsim
+    from mecsim.errors import MecsimError
+
+    alike = [
+        *settings,
+        "execution.cost_only=true",
+        "clients.count=8",
+        'clients.num_samples={dist="choice", values=[40, 90]}',
+    ]
+    try:
+        shared = mecsim.run(copy.deepcopy(TINY), alike, write=False)
+        with patched(cls, "client_blind_costs", lambda _: False):
+            every = mecsim.run(copy.deepcopy(TINY), alike, write=False)
+        pd.testing.assert_frame_equal(every.events, shared.events)
+    except (AssertionError, MecsimError) as error:
+        return [f"sharing results within classes changes the run: {str(error).splitlines()[0]}"]
+    return []
+
+
 def check_protocol(name: str, kind: str) -> list[Outcome]:
     """Every check of algorithm ``name`` under protocol ``kind``."""
     import numpy as np
@@ -311,6 +339,11 @@ def check_protocol(name: str, kind: str) -> list[Outcome]:
             pd.testing.assert_frame_equal(serial.events, dry.events)
         except (AssertionError, MecsimError) as error:
             cost.problems.append(f"cost-only differs: {str(error).splitlines()[0]}")
+    classes = Outcome(kind, "classes")
+    if not cls.client_blind_costs or cls.payload_from_training:
+        classes.skipped = "runs every job (the algorithm does not declare client_blind_costs)"
+    else:
+        classes.problems += class_problems(cls, settings)
     mixing = Outcome(kind, "mix")
     if not asynchronous:
         mixing.skipped = (
@@ -328,7 +361,7 @@ def check_protocol(name: str, kind: str) -> list[Outcome]:
         resumed.skipped = f"checked under {first}"
     else:
         resumed.problems += resume_problems(settings)
-    return [sizes, work, same, cost, mixing, resumed]
+    return [sizes, work, same, cost, classes, mixing, resumed]
 
 
 def check_algorithm(name: str, progress: Callable[[str], None] | None = None) -> list[Outcome]:

@@ -374,45 +374,57 @@ class Network:
         because each outlasts ``network.max_transfer_s``."""
         fading = not isinstance(self.channel.fading, NoFading)
         const = self.link_constants()
-        rates = np.minimum(
+        rate = np.minimum(
             self._mean_rates(const["bandwidth_hz"], const["tx_power_w"]),
             self._mean_rates(self.server_bandwidth_hz, self.server_tx_power_w),
-        ).tolist()
-        longest: list[float] = []
-        for c, rate in zip(self.clients, rates, strict=True):
-            if not nbytes.get(c.id):
-                continue
-            if rate <= 0 and self.config.max_transfer_s is None:
-                raise ConfigError(
-                    "network.min_snr_db",
-                    f"client {c.id}'s link is in outage in all of {RATE_SAMPLE} sampled fading "
-                    "blocks: its transfers would never finish; lower min_snr_db, move clients "
-                    "closer or set network.max_transfer_s",
-                )
-            seconds = 8 * nbytes[c.id] / rate if rate > 0 else math.inf
-            longest.append(seconds)
-            if seconds > MAX_TRANSFER_S and self.config.max_transfer_s is None:
-                raise ConfigError(
-                    "clients.distance_m",
-                    f"client {c.id} would need {seconds:.3g} s to move {what} "
-                    f"({nbytes[c.id]} bytes) at its mean rate ({rate:.3g} bit/s); move clients "
-                    "closer, raise their power or bandwidth, or check network.exponent",
-                )
-            blocks = min(seconds, self.max_s) / self.coherence_s
-            if fading and blocks > MAX_BLOCKS:
-                raise ConfigError(
-                    "network.coherence_ms",
-                    f"client {c.id}'s transfer of {what} would span {blocks:.3g} fading blocks "
-                    f"(at most {MAX_BLOCKS:.0e}); raise network.coherence_ms to at least "
-                    f"{1e3 * min(seconds, self.max_s) / MAX_BLOCKS:.3g} or improve the link",
-                )
-        if not fading and longest and min(longest) > self.max_s:
+        )
+        size = np.zeros(len(self.clients), dtype=np.int64)  # clients are 0..n-1 (link_constants)
+        size[list(nbytes)] = list(nbytes.values())
+        moves = np.flatnonzero(size)  # the clients that move something, in id order
+        rate, size = rate[moves], size[moves]
+        with np.errstate(divide="ignore"):
+            seconds = np.where(rate > 0, 8 * size / np.where(rate > 0, rate, 1.0), np.inf)
+        blocks = np.minimum(seconds, self.max_s) / self.coherence_s
+        problems = np.zeros(len(moves), dtype=bool)
+        if self.config.max_transfer_s is None:
+            problems |= (rate <= 0) | (seconds > MAX_TRANSFER_S)
+        if fading:
+            problems |= blocks > MAX_BLOCKS
+        if problems.any():  # the first client with a problem, as a loop over clients finds it
+            k = int(np.argmax(problems))
+            self._refuse_transfer(int(moves[k]), int(size[k]), float(rate[k]), what)
+        if not fading and len(seconds) and seconds.min() > self.max_s:
             raise ConfigError(
                 "network.max_transfer_s",
-                f"every client needs at least {min(longest):.3g} s to move {what}, longer than "
+                f"every client needs at least {seconds.min():.3g} s to move {what}, longer than "
                 f"max_transfer_s = {self.config.max_transfer_s}: every transfer would fail; "
                 "raise it or improve the links",
             )
+
+    def _refuse_transfer(self, client: int, nbytes: int, rate: float, what: str) -> None:
+        """The error of :meth:`check_transfer_times` for ``client``'s first failing check."""
+        if rate <= 0 and self.config.max_transfer_s is None:
+            raise ConfigError(
+                "network.min_snr_db",
+                f"client {client}'s link is in outage in all of {RATE_SAMPLE} sampled fading "
+                "blocks: its transfers would never finish; lower min_snr_db, move clients "
+                "closer or set network.max_transfer_s",
+            )
+        seconds = 8 * nbytes / rate if rate > 0 else math.inf
+        if seconds > MAX_TRANSFER_S and self.config.max_transfer_s is None:
+            raise ConfigError(
+                "clients.distance_m",
+                f"client {client} would need {seconds:.3g} s to move {what} "
+                f"({nbytes} bytes) at its mean rate ({rate:.3g} bit/s); move clients "
+                "closer, raise their power or bandwidth, or check network.exponent",
+            )
+        blocks = min(seconds, self.max_s) / self.coherence_s
+        raise ConfigError(
+            "network.coherence_ms",
+            f"client {client}'s transfer of {what} would span {blocks:.3g} fading blocks "
+            f"(at most {MAX_BLOCKS:.0e}); raise network.coherence_ms to at least "
+            f"{1e3 * min(seconds, self.max_s) / MAX_BLOCKS:.3g} or improve the link",
+        )
 
     def bind(self, env: simpy.Environment) -> None:
         """Attach the network to the run's event clock (the simulator calls this)."""

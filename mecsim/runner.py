@@ -41,6 +41,7 @@ from mecsim.executors import Executor, TrainingContext, make_executor
 from mecsim.executors.calibration import Calibration, calibrate
 from mecsim.executors.cost_only import CostOnlyExecutor
 from mecsim.faults import Faults
+from mecsim.gc_pause import paused_gc
 from mecsim.models import build_model, forward_flops_per_sample
 from mecsim.models.catalog import Architecture, ModelCatalog
 from mecsim.network import ClientProfile, Network
@@ -569,14 +570,16 @@ def _run(
         if saved is None and path.exists():
             log.info("%s: starting over; add --resume to continue the interrupted run", path)
         checkpoint = Resume(path, digest, saved)
-    world = build_world(sc, torch_device)
-    executor_used, calibration = plan_executor(sc, world.ctx, executor, world.data.num_classes)
-    setup = Setup(
-        torch_device, threads, executor_used, executor or sc.execution.executor, calibration
-    )
-    sim = build_simulation(sc, world, setup, checkpoint)
+    with paused_gc():  # millions of objects for a million clients, and no cycles
+        world = build_world(sc, torch_device)
+        executor_used, calibration = plan_executor(sc, world.ctx, executor, world.data.num_classes)
+        setup = Setup(
+            torch_device, threads, executor_used, executor or sc.execution.executor, calibration
+        )
+        sim = build_simulation(sc, world, setup, checkpoint)
     simulate(sc, sim, run_dir, progress)
-    result = tabulate(sc, world, setup, sim, run_dir)
+    with paused_gc():
+        result = tabulate(sc, world, setup, sim, run_dir)
     if write:
         assert run_dir is not None
         write_run_directory(result, run_dir)

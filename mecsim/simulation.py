@@ -759,16 +759,21 @@ class Simulation:
         )
         return (flops + extra) / self.clients[client].device.flops_per_s
 
-    def commit(self, client: int, state: ClientState, ready: float) -> None:
+    def commit(
+        self, client: int, state: ClientState, ready: float, nbytes: int | None = None
+    ) -> None:
         """Make ``state`` the client's current state, complete at simulated time ``ready``.
 
         ``ready`` may lie in the future (wait-free personal training still
-        running); the round row's ``t_personal`` reads it.
+        running); the round row's ``t_personal`` reads it. ``nbytes``: the state's
+        :func:`~mecsim.state.state_nbytes` when the caller knows it.
         """
         self.client_states[client] = state
         self.state_ready[client] = ready
         peak = self.client_state_peak_bytes
-        peak[client] = max(peak[client], state_nbytes(state))
+        size = state_nbytes(state) if nbytes is None else nbytes
+        if size > peak[client]:
+            peak[client] = size
 
     def compute_seconds(self, client: int, flops: int) -> float:
         """Simulated seconds ``client``'s device takes for ``flops``."""

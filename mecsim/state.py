@@ -165,6 +165,8 @@ def state_nbytes(state: object) -> int:
     Meta tensors (cost-only runs) count the bytes they stand for, every time:
     cost-only executors may let one meta tensor stand for many clients' values.
     """
+    if type(state) is dict and not state:  # a fresh client's state
+        return 0
     seen: set[int] = set()
     total = 0
     stack = [state]

@@ -26,6 +26,7 @@ def test_algorithm_conforms_under_protocol(name, kind):
         "flops",
         "executors",
         "cost-only",
+        "classes",
         "mix",
         "resume",
     ]
@@ -110,3 +111,30 @@ def test_mecsim_check_catches_a_run_its_checkpoint_cannot_reproduce():
     finally:
         ALGORITHMS.remove("unseeded")
     assert "the resumed run's final server state differ" in problems
+
+
+def test_mecsim_check_catches_a_false_client_blind_costs_claim():
+    """An algorithm that claims its costs ignore the client id, but uploads half its
+    model from odd clients: a cost-only run sharing results within classes of alike
+    clients would send every client the representative's payload. The classes check
+    fails it; with the claim withdrawn, the run is right and the check is skipped."""
+    from mecsim.algorithms.fedavg import FedAvg
+
+    @ALGORITHMS.register("oddball", "FedAvg whose odd clients upload only the first layer")
+    class Oddball(FedAvg):
+        protocols = frozenset({"compute_and_wait"})
+
+        def upload(self, state, ctx):
+            payload = super().upload(state, ctx)
+            return dict(list(payload.items())[:2]) if ctx.client % 2 else payload
+
+    try:
+        outcomes = {o.check: o for o in check_protocol("oddball", "compute_and_wait")}
+        assert outcomes["classes"].problems, render("oddball", list(outcomes.values()))
+        assert "sharing results within classes changes the run" in outcomes["classes"].problems[0]
+        assert outcomes["cost-only"].ok  # 4 clients of distinct sizes: no class has two
+        Oddball.client_blind_costs = False
+        outcomes = {o.check: o for o in check_protocol("oddball", "compute_and_wait")}
+        assert outcomes["classes"].skipped and all(o.ok for o in outcomes.values())
+    finally:
+        ALGORITHMS.remove("oddball")

@@ -153,7 +153,13 @@ class RayExecutor:
         ]
         pending = {chunk.worker.run.remote(chunk.jobs): chunk for chunk in chunks}
         while pending:
-            ready, _ = self.ray.wait(list(pending), num_returns=1)
+            try:
+                ready, _ = self.ray.wait(list(pending), num_returns=1)
+            except Exception as error:  # the driver lost its connection: the head is gone
+                raise ExecutorLost(
+                    f"the Ray cluster is unreachable ({type(error).__name__}); the run stops "
+                    "at its last checkpoint: continue with --resume on a new cluster"
+                ) from None
             chunk = pending.pop(ready[0])
             try:
                 node, chunk.results = self.ray.get(ready[0])

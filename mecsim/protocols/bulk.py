@@ -30,8 +30,9 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -39,10 +40,11 @@ from mecsim.algorithms.base import SERVER, Upload
 from mecsim.channels.sharing import PermanentOutage
 from mecsim.errors import ConfigError
 from mecsim.executors import JobResult
+from mecsim.gc_pause import paused_gc
 from mecsim.network import ClosedForm
 from mecsim.recorder import EVENT_COLUMNS
 from mecsim.simulation import Process, Simulation
-from mecsim.state import Payload, payload_nbytes
+from mecsim.state import Payload, payload_nbytes, state_nbytes
 
 
 def bulk_downlink(
@@ -98,7 +100,8 @@ def compute_and_wait_clients(
     arrived: list[Upload],
 ) -> Process:
     """Every selected client of a compute-and-wait round (see the module docstring)."""
-    end = _record_clients(sim, round_, down, results, arrived)
+    with paused_gc():  # a row, a commit and an upload per client, and no cycles
+        end = _record_clients(sim, round_, down, results, arrived)
     yield sim.env.timeout(_delay_to(sim.env.now, end))
 
 
@@ -152,13 +155,14 @@ def _record_clients(
     last = downloads.copy()
     # (rows, their parents): the row whose processing schedules each row
     links: list[tuple[np.ndarray, np.ndarray]] = []
-    result_list = [results[int(c)] for c in clients]
+    result_list = [results[c] for c in clients.tolist()]
     flops_per_s, power_w = devices["flops_per_s"][clients], devices["power_w"][clients]
+    task_flops = [r.task_flops for r in result_list]
     for task in sim.tasks(round_):
-        ran = np.array([task.name in r.task_flops for r in result_list], dtype=bool)
+        flops = np.fromiter((f.get(task.name, -1) for f in task_flops), np.int64, n)
+        ran = flops >= 0  # -1: the job did not run the task
         if not ran.any():
             continue
-        flops = np.array([r.task_flops.get(task.name, 0) for r in result_list], dtype=np.int64)
         seconds = flops[ran] / flops_per_s[ran]
         start = now[ran]
         end = start + seconds
@@ -172,16 +176,18 @@ def _record_clients(
         links.append((computed, last[ran]))
         now[ran], last[ran] = end, computed
         busy[ran] = np.maximum(busy[ran], end)
-    for i, c in enumerate(clients.tolist()):
-        sim.busy_until[c] = float(busy[i])
-        sim.commit(c, result_list[i].state, float(now[i]))
+    state_bytes = by_identity(state_nbytes)  # cost-only job classes share states
+    for c, r, b, t in zip(clients.tolist(), result_list, busy.tolist(), now.tolist(), strict=True):
+        sim.busy_until[c] = b
+        sim.commit(c, r.state, t, state_bytes(r.state))
 
     # uploads on each client's own band, from the end of its tasks
     sends = np.array([r.upload is not None for r in result_list], dtype=bool)
     finish = now.copy()
     if sends.any():
         ups = [r.upload for r in result_list]
-        nbytes = np.array([payload_nbytes(ups[i]) for i in np.flatnonzero(sends)], np.int64)
+        sizes = by_identity(payload_nbytes)
+        nbytes = np.array([sizes(ups[i]) for i in np.flatnonzero(sends).tolist()], np.int64)
         up = sim.network.closed_form_uploads(clients[sends], nbytes, now[sends])
         if up is None:
             raise ConfigError("network.min_snr_db", str(PermanentOutage(clients[sends].tolist())))
@@ -197,9 +203,11 @@ def _record_clients(
         )
         links.append((uploaded, last[sends]))
         finish[sends] = done
-        for i in np.flatnonzero(sends).tolist():
-            c = int(clients[i])
-            arrived.append(Upload(c, ups[i], sim.num_samples[c]))
+        samples = sim.num_samples
+        arrived += [
+            Upload(c, ups[i], samples[c])
+            for i, c in zip(np.flatnonzero(sends).tolist(), clients[sends].tolist(), strict=True)
+        ]
 
     time = np.concatenate(rows.time)
     sub = np.concatenate([sub, np.zeros(len(time) - len(sub), dtype=np.int64)])
@@ -212,6 +220,20 @@ def _record_clients(
     # one column at a time, each column's segments freed as it is ordered
     sim.recorder.extend({name: np.concatenate(columns.pop(name))[order] for name in EVENT_COLUMNS})
     return float(finish.max())
+
+
+def by_identity(size: Callable[[Any], int]) -> Callable[[Any], int]:
+    """``size`` memoized by object identity, for objects alive while the memo is used."""
+    memo: dict[int, int] = {}
+
+    def sized(obj: Any) -> int:
+        key = id(obj)
+        found = memo.get(key)
+        if found is None:
+            found = memo[key] = size(obj)
+        return found
+
+    return sized
 
 
 def _row(

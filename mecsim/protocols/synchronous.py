@@ -41,6 +41,7 @@ from pydantic import Field, model_validator
 
 from mecsim.algorithms.base import Task, Upload, schedule_of
 from mecsim.executors import JobResult
+from mecsim.gc_pause import paused_gc
 from mecsim.network import Delivery
 from mecsim.protocols.bulk import bulk_downlink, compute_and_wait_clients
 from mecsim.protocols.registry import register_protocol, uploading_task_index
@@ -173,7 +174,8 @@ def compute_and_wait(sim: Simulation) -> Process:
         failed = 0
         down = bulk_downlink(sim, selected, payloads)
         if down is not None:  # every client alike: in bulk, same tables (nothing can fail)
-            results = sim.execute(round_, payloads)
+            with paused_gc():  # a job and a result per client, and no cycles
+                results = sim.execute(round_, payloads)
             yield from compute_and_wait_clients(sim, round_, down, results, arrived)
         else:
             deliveries = sim.downlink_transfers(round_, payloads)
