@@ -9,6 +9,11 @@ per client). It also prints the peak RSS of importing what a run imports
 same tables at ``--check`` clients.
 
     python benchmarks/bench_cost_only.py --clients 100000
+    python benchmarks/bench_cost_only.py --scale   # the issue-34 targets, bulk only
+
+``--scale`` runs, each as a whole process, one round of 1,000,000 clients
+and 10 rounds of 100,000 clients, and prints their wall times and peak RSS
+against the targets (30 s and 4 GB; 30 s), with the machine and the date.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ started = time.perf_counter()
 import mecsim
 import mecsim.runner
 imported = time.perf_counter()
-clients, bulk = int(sys.argv[1]), sys.argv[2] == "1"
+clients, bulk, rounds = int(sys.argv[1]), sys.argv[2] == "1", int(sys.argv[3])
 if clients:
     mecsim.run(
         "scenarios/quickstart.toml",
@@ -34,7 +39,7 @@ if clients:
             "execution.bulk_rounds": bulk,
             "clients.count": clients,
             "clients.num_samples": {"dist": "uniform", "low": 20, "high": 200},
-            "protocol.rounds": 1,
+            "protocol.rounds": rounds,
         },
         write=False,
         progress=False,
@@ -62,8 +67,26 @@ print(len(runs[0].events))
 """
 
 
-def measure(clients: int, bulk: bool) -> dict[str, float]:
-    return run_child(CHILD, str(clients), "1" if bulk else "0")
+def measure(clients: int, bulk: bool, rounds: int = 1) -> dict[str, float]:
+    return run_child(CHILD, str(clients), "1" if bulk else "0", str(rounds))
+
+
+def scale() -> None:
+    """The issue-34 targets, each a whole process: 10^6 clients x 1 round, 10^5 x 10."""
+    import datetime
+    import os
+    import platform
+
+    cpus = os.cpu_count()
+    print(f"{platform.processor() or platform.machine()}, {cpus} CPUs, {datetime.date.today()}")
+    for clients, rounds, wall, peak in ((1_000_000, 1, 30, 4), (100_000, 10, 30, None)):
+        r = measure(clients, True, rounds)
+        target = f"target < {wall} s" + (f", < {peak} GB" if peak else "")
+        print(
+            f"{clients:,} clients x {rounds} round(s), cost-only, bulk: run {r['run_s']:.1f} s, "
+            f"process {r['process_s']:.1f} s, peak RSS {r['peak'] / 1e9:.2f} GB ({target})",
+            flush=True,
+        )
 
 
 def main() -> None:
@@ -73,7 +96,11 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=100_000)
     parser.add_argument("--check", type=int, default=1_000, help="clients of the table check")
     parser.add_argument("--skip-per-client", action="store_true", help="bulk only")
+    parser.add_argument("--scale", action="store_true", help="the 10^6- and 10^5-client targets")
     args = parser.parse_args()
+    if args.scale:
+        scale()
+        return
 
     gb = 1e9
     baseline = measure(0, True)

@@ -201,3 +201,37 @@ def test_a_memory_budget_caps_batched_groups_without_changing_results(tiny):
     assert_states_close(capped.server_state["global"], whole.server_state["global"])
     assert capped.summary["calibration"]["max_clients"] == calibration.max_clients
     assert whole.summary["calibration"] is None  # a cap given by hand: nothing probed
+
+
+def test_cost_only_job_classes_run_one_job_per_class_and_change_no_table(monkeypatch):
+    """1,000 clients with 31 distinct sample counts: the cost-only executor runs one job
+    per class of alike clients (one count, one shared state, one broadcast) and shares
+    its result; the events, rounds and clients tables equal those of running every job."""
+    from mecsim.algorithms.fedavg import FedAvg
+    from mecsim.executors import base
+
+    settings = {
+        "execution.cost_only": True,
+        "clients.count": 1000,
+        "clients.num_samples": {"dist": "choice", "values": list(range(20, 51))},
+        "protocol.rounds": 3,
+    }
+    ran = []
+    original = base.run_tasks
+
+    def counting(jobs, ctx, train_many):
+        ran.append(len(jobs))
+        return original(jobs, ctx, train_many)
+
+    monkeypatch.setattr(base, "run_tasks", counting)
+    shared = mecsim.run("scenarios/quickstart.toml", settings, write=False)
+    assert ran == [31, 31, 31]
+    ran.clear()
+    monkeypatch.setattr(FedAvg, "client_blind_costs", False)
+    every = mecsim.run("scenarios/quickstart.toml", settings, write=False)
+    assert ran == [1000, 1000, 1000]
+
+    pd.testing.assert_frame_equal(every.events, shared.events)
+    wall = [c for c in every.rounds.columns if c.startswith("wall")]
+    pd.testing.assert_frame_equal(every.rounds.drop(columns=wall), shared.rounds.drop(columns=wall))
+    pd.testing.assert_frame_equal(every.clients, shared.clients)
