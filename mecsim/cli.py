@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from mecsim import interrupts
 from mecsim.errors import MecsimError
 
 LISTABLE = ("algorithms", "models", "datasets", "partitions", "devices", "fading", "protocols")
@@ -257,11 +258,11 @@ class Interrupted(KeyboardInterrupt):
 
 
 def _on_sigterm(signum, frame) -> None:
-    raise Terminated
+    raise interrupts.request(Terminated())  # kept, in case a weakref callback swallows it
 
 
 def _on_sigint(signum, frame) -> None:
-    raise Interrupted
+    raise interrupts.request(Interrupted())
 
 
 def _plugin_failed(error: BaseException) -> int | None:
@@ -312,6 +313,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(devnull, sys.stdout.fileno())  # Python's exit flush must not fail again
         return 141
     except (KeyboardInterrupt, Terminated, SystemExit) as stop:
+        interrupts.clear()
         if not isinstance(stop, (Interrupted, Terminated)):  # raised by code, not a signal
             code = _plugin_failed(stop)
             if code is not None:

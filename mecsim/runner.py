@@ -19,6 +19,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from mecsim import interrupts
 from mecsim.algorithms import ALGORITHMS
 from mecsim.checkpoint import (
     Checkpointer,
@@ -651,6 +652,7 @@ def simulate(sc: Scenario, sim: Simulation, run_dir: Path | None, progress: bool
             )
             bar.set_postfix(round=row["round"], sim_s=f"{row['t_end']:.1f}", acc=f"{acc:.3f}")
             bar.update()
+            interrupts.raise_pending()  # a signal's stop that a weakref callback swallowed
 
         sim.on_round = on_round
         try:

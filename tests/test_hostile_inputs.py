@@ -361,3 +361,25 @@ def test_a_full_disk_while_writing_the_run_directory_is_one_line_and_leaves_noth
     line = _one_line(capsys)
     assert "output.dir" in line and "No space left on device" in line
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_a_signal_stop_swallowed_by_a_callback_is_raised_at_the_round_end(tiny, monkeypatch):
+    """Python drops an exception raised in a weakref callback or __del__; the signal
+    handlers also record their stop, and the run raises it when the round ends."""
+    from mecsim import interrupts
+    from mecsim.algorithms.fedavg import FedAvg
+
+    tiny["protocol"]["rounds"] = 5
+    original = FedAvg.aggregate
+    calls = []
+
+    def aggregate(self, server_state, uploads, ctx):
+        calls.append(ctx.round)
+        if len(calls) == 2:
+            interrupts.request(KeyboardInterrupt())  # as if its raise had been swallowed
+        return original(self, server_state, uploads, ctx)
+
+    monkeypatch.setattr(FedAvg, "aggregate", aggregate)
+    with pytest.raises(KeyboardInterrupt):
+        mecsim.run(tiny, write=False)
+    assert len(calls) == 2 and interrupts.pending is None

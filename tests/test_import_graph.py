@@ -20,7 +20,7 @@ FLOORS: list[tuple[str, ...]] = [
     (
         "mecsim.errors", "mecsim.rng", "mecsim.registry", "mecsim.config", "mecsim.state",
         "mecsim.devices", "mecsim.distributions", "mecsim.threads", "mecsim.plugins",
-        "mecsim.client_table",
+        "mecsim.client_table", "mecsim.gc_pause", "mecsim.interrupts",
     ),
     # 1: models, data, the physical layer, the trainer and the FLOP meter
     ("mecsim.models", "mecsim.data", "mecsim.channels", "mecsim.training", "mecsim.cost"),
@@ -36,7 +36,7 @@ FLOORS: list[tuple[str, ...]] = [
     # 7: commands
     (
         "mecsim.api", "mecsim.cli", "mecsim.sweeps", "mecsim.comparison", "mecsim.describe",
-        "mecsim.conformance", "mecsim.__main__",
+        "mecsim.conformance", "mecsim.__main__", "mecsim.ray_sweeps",
     ),
 ]  # fmt: skip
 

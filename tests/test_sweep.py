@@ -145,3 +145,27 @@ def test_parallel_points_give_the_same_tables(cost_only, tmp_path):
         serial = pd.read_parquet(tmp_path / "serial" / "runs" / name / "events.parquet")
         parallel = pd.read_parquet(tmp_path / "parallel" / "runs" / name / "events.parquet")
         pd.testing.assert_frame_equal(serial, parallel)
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--ray", "--ray-resources", "num_cpus=two"], "--ray-resources: 'num_cpus=two'"),
+        (["--ray", "--ray-resources", "num_cpus=-1"], "give NAME=AMOUNT pairs"),
+        (["--ray", "-j", "2"], "-j: --ray runs as many points at once"),
+    ],
+)
+def test_bad_ray_sweep_options_are_refused_before_any_work(
+    cost_only, tmp_path, capsys, extra, message
+):
+    out = tmp_path / "cmp"
+    args = ["compare", "--scenario", str(cost_only), "--sweep", "clients.bandwidth_mhz=1,5"]
+    assert main([*args, "--out", str(out), *extra]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
+    assert not (out / "runs").exists()
+
+
+def test_ray_without_a_scenario_is_refused(tmp_path, capsys):
+    assert main(["compare", "some-run", "--out", str(tmp_path / "c"), "--ray"]) == 2
+    assert "--ray: --ray runs a sweep's points: give --scenario" in capsys.readouterr().err

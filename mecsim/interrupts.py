@@ -1,0 +1,36 @@
+"""A stop a signal asked for, kept until it is raised where it cannot be lost.
+
+The command line's signal handlers raise where the run is, like Ctrl-C. But
+Python swallows an exception raised inside a weak-reference callback or a
+``__del__`` (it prints "Exception ignored in ..." and goes on), and garbage
+collection runs such callbacks at arbitrary moments: a SIGINT landing there
+would be lost and the run would go on for hours. So the handler also leaves
+the stop here, and the run raises it at the next safe point (the end of each
+round) if it is still pending.
+"""
+
+from __future__ import annotations
+
+pending: BaseException | None = None
+"""The stop a signal asked for and no code has yet seen raised to the top."""
+
+
+def request(stop: BaseException) -> BaseException:
+    """Record ``stop`` (a signal handler raises what this returns)."""
+    global pending
+    pending = stop
+    return stop
+
+
+def raise_pending() -> None:
+    """Raise the recorded stop, if any (called at safe points of a run)."""
+    global pending
+    stop, pending = pending, None
+    if stop is not None:
+        raise stop
+
+
+def clear() -> None:
+    """Forget the recorded stop (it reached the top)."""
+    global pending
+    pending = None
