@@ -31,7 +31,7 @@ FLOORS: list[tuple[str, ...]] = [
         "mecsim.network", "mecsim.network_config", "mecsim.recorder", "mecsim.evaluation", "mecsim.faults",
         "mecsim.newcomers", "mecsim.checkpoint", "mecsim.invariants", "mecsim.analysis",
     ),
-    ("mecsim.protocols", "mecsim.simulation", "mecsim.scenario"),  # 5: the clock
+    ("mecsim.protocols", "mecsim.simulation", "mecsim.scenario", "mecsim.sections", "mecsim.validation"),  # 5: the clock
     ("mecsim.runner", "mecsim.output"),  # 6: scenario -> world -> simulation -> tables
     # 7: commands
     (
