@@ -184,8 +184,9 @@ def test_the_memory_probe_grows_with_the_batch_and_sets_the_group_cap_from_the_b
 
 
 def test_a_memory_budget_caps_batched_groups_without_changing_results(tiny):
-    from mecsim.runner import build_executor, build_world, plan_executor
+    from mecsim.runner import build_executor, plan_executor
     from mecsim.scenario import load_scenario
+    from mecsim.world import build_world
 
     sc = load_scenario(tiny, {"execution.executor": "batched", "execution.memory_budget_gb": 1e-4})
     world = build_world(sc, torch.device("cpu"))

@@ -32,7 +32,7 @@ FLOORS: list[tuple[str, ...]] = [
         "mecsim.newcomers", "mecsim.checkpoint", "mecsim.invariants", "mecsim.analysis",
     ),
     ("mecsim.protocols", "mecsim.simulation", "mecsim.scenario", "mecsim.sections", "mecsim.validation"),  # 5: the clock
-    ("mecsim.runner", "mecsim.output"),  # 6: scenario -> world -> simulation -> tables
+    ("mecsim.runner", "mecsim.output", "mecsim.world", "mecsim.tables"),  # 6: scenario -> world -> simulation -> tables
     # 7: commands
     (
         "mecsim.api", "mecsim.cli", "mecsim.sweeps", "mecsim.comparison", "mecsim.describe",

@@ -10,9 +10,9 @@ import torch
 
 import mecsim
 from mecsim.models import build_model
-from mecsim.runner import build_data
 from mecsim.scenario import ScenarioError
 from mecsim.training import predict
+from mecsim.world import build_data
 
 
 def held_out(tiny, name: str, *extra: str):

@@ -11,11 +11,11 @@ import torch.nn.functional as F
 import mecsim
 from mecsim.algorithms.persfl import persfl_loss
 from mecsim.models import build_model, forward_flops_per_sample
-from mecsim.runner import build_world
 from mecsim.scenario import ScenarioError, load_scenario
 from mecsim.simulation import Simulation
 from mecsim.state import ModelState
 from mecsim.training import ModelFunction
+from mecsim.world import build_world
 
 PERSFL = [
     "algorithm.name=persfl",

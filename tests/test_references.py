@@ -21,7 +21,7 @@ from torch import nn
 import mecsim
 from mecsim.models import build_model
 from mecsim.rng import derive_seed
-from mecsim.runner import build_data
+from mecsim.world import build_data
 
 SEED = 3
 FULL_BATCH = 4096  # more than any client holds: every step sees all its samples

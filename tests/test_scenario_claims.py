@@ -109,5 +109,5 @@ def test_every_shipped_scenario_validates_with_its_data(path, monkeypatch, tmp_p
             classes,
         )
 
-    monkeypatch.setattr(mecsim.runner, "load_dataset", stubbed)
+    monkeypatch.setattr(mecsim.world, "load_dataset", stubbed)
     assert main(["validate", str(path), "--out", str(tmp_path / "out")]) == 0

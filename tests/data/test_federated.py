@@ -159,7 +159,7 @@ def test_own_data_split_takes_train_val_and_test_from_each_clients_partition(tin
     import copy
 
     import mecsim
-    from mecsim.runner import build_world
+    from mecsim.world import build_world
 
     scenario = copy.deepcopy(tiny)
     scenario["data"].update(

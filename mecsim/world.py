@@ -1,0 +1,362 @@
+"""Building a run's world before its first event: clients, links, data, models, algorithm.
+
+:func:`build_world` builds everything a scenario describes and runs every
+check that can refuse it, before any work (``mecsim validate`` calls it too):
+client profiles from the scenario's draws or its client table, the network,
+the federated data (or, cost-only, per-client sample counts with no tensors),
+each client's architecture, and the algorithm with its training context.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from functools import cached_property
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+
+from mecsim.algorithms import ALGORITHMS
+from mecsim.client_table import out_of_range, range_text, read_client_table
+from mecsim.data import build_client_data, dataset_shape, load_dataset
+from mecsim.data.datasets import Dataset
+from mecsim.data.federated import hold_out_public
+from mecsim.data.partition import proportional_counts
+from mecsim.devices import DEVICES
+from mecsim.distributions import sample_attribute
+from mecsim.errors import ConfigError
+from mecsim.evaluation import CurveEvaluator, Evaluator
+from mecsim.executors import TrainingContext
+from mecsim.executors.calibration import Calibration
+from mecsim.faults import Faults
+from mecsim.models import build_model, forward_flops_per_sample
+from mecsim.models.catalog import Architecture, ModelCatalog
+from mecsim.network import ClientProfile, Network
+from mecsim.rng import derive_seed, numpy_rng
+from mecsim.scenario import Scenario
+from mecsim.state import payload_nbytes
+from mecsim.training import ModelFunction
+
+if TYPE_CHECKING:
+    pass
+
+log = logging.getLogger(__name__)
+
+
+def build_clients(scenario: Scenario) -> list[ClientProfile]:
+    """Sample each client's radio and device from the scenario's attribute streams."""
+    cfg, n, seed = scenario.clients, scenario.clients.count, scenario.seed
+    table = read_client_table(cfg.table) if cfg.table is not None else {}
+
+    def attribute(key: str) -> np.ndarray:  # the table's column, else the scenario's draws
+        if key in table:
+            return table[key].to_numpy()
+        return sample_attribute(getattr(cfg, key), numpy_rng(seed, "clients", key), n)
+
+    distance, bandwidth = attribute("distance_m"), attribute("bandwidth_mhz")
+    power, device = attribute("tx_power_dbm"), attribute("device")
+    for key, values in (
+        ("distance_m", distance),
+        ("bandwidth_mhz", bandwidth),
+        ("tx_power_dbm", power),
+    ):
+        bad = out_of_range(key, values)
+        if len(bad):
+            raise ConfigError(
+                f"clients.{key}",
+                f"sampled {float(values[bad[0]]):g} for client {int(bad[0])}; every value must "
+                f"lie in {range_text(key)}: narrow the distribution",
+            )
+    devices = {name: DEVICES.get(name) for name in map(str, np.unique(device))}
+    columns = zip(
+        np.asarray(distance, float).tolist(),
+        (np.asarray(bandwidth, float) * 1e6).tolist(),
+        np.asarray(power, float).tolist(),
+        map(str, np.asarray(device).tolist()),
+        strict=True,
+    )
+    return [
+        ClientProfile(id=i, distance_m=d, bandwidth_hz=b, tx_power_dbm=p, device=devices[name])
+        for i, (d, b, p, name) in enumerate(columns)
+    ]
+
+
+@dataclass
+class FederatedData:
+    """Tensors and per-client index splits a run trains and evaluates on."""
+
+    input_shape: tuple[int, ...]
+    num_classes: int
+    x_train: torch.Tensor
+    y_train: torch.Tensor
+    x_test: torch.Tensor
+    y_test: torch.Tensor
+    train: list[torch.Tensor]
+    val: list[torch.Tensor]
+    test: list[torch.Tensor]
+    x_public: torch.Tensor
+    y_public: torch.Tensor
+    partition_redraws: int = 0
+    """Partition draws rejected before every client had ``data.min_samples`` (Dirichlet)."""
+    global_test_size: int | None = None
+    """The first this many test samples are the global test set (the generic model's);
+    clients' own local tests (``local_split = "own_data"``) follow them."""
+
+    @cached_property
+    def public_indices(self) -> torch.Tensor:
+        """Every index of the shared public split: one tensor all clients share."""
+        device = self.train[0].device if self.train else self.x_public.device
+        if device.type == "meta":  # no values; arange would run a slow decomposition
+            return torch.empty(len(self.x_public), dtype=torch.long, device=device)
+        return torch.arange(len(self.x_public), device=device)
+
+    def client_indices(self, client: int) -> dict[str, torch.Tensor]:
+        """Client ``client``'s indices per split (``public`` indexes the shared public split)."""
+        return {"train": self.train[client], "val": self.val[client], "public": self.public_indices}
+
+
+def build_data(sc: Scenario, device: torch.device) -> FederatedData:
+    """Load the dataset, partition it across clients, and move it to ``device``."""
+    table_counts = sc.clients.table is not None and "num_samples" in read_client_table(
+        sc.clients.table
+    )
+    if sc.execution.cost_only and (sc.clients.num_samples is not None or table_counts):
+        return _sample_counts_only(sc)
+
+    def load(name: str) -> Dataset:
+        return load_dataset(
+            name,
+            root=sc.data.root,
+            download=sc.data.download,
+            num_clients=sc.clients.count,
+            seed=sc.seed,
+            test_fraction=sc.data.test_fraction,
+            options={"alpha": sc.data.synthetic_alpha, "beta": sc.data.synthetic_beta},
+        )
+
+    dataset = load(sc.data.dataset)
+    source = None
+    if sc.data.public_dataset is not None and sc.data.public_size > 0:
+        source = load(sc.data.public_dataset)  # same shape: checked with the scenario
+    dataset, x_public, y_public = hold_out_public(dataset, sc.data.public_size, sc.seed, source)
+    clients = build_client_data(
+        dataset,
+        partition=sc.data.partition,
+        num_clients=sc.clients.count,
+        seed=sc.seed,
+        alpha=sc.data.alpha,
+        classes_per_client=sc.data.classes_per_client,
+        quantity_skew=sc.data.quantity_skew,
+        lognormal_sigma=sc.data.lognormal_sigma,
+        min_samples=sc.data.min_samples,
+        val_fraction=sc.data.val_fraction,
+        local_test_fraction=sc.data.local_test_fraction,
+        local_split=sc.data.local_split,
+        train_share_choices=tuple(sc.data.train_share_choices),
+        own_test_share=sc.data.own_test_share,
+    )
+    dataset = dataset.to(device)
+    x_test, y_test, tests = dataset.x_test, dataset.y_test, [c.test for c in clients]
+    if clients.tests_from_train:  # local tests from the clients' own data follow the test set
+        own = torch.cat(tests)
+        x_test = torch.cat([x_test, dataset.x_train[own.to(device)]])
+        y_test = torch.cat([y_test, dataset.y_train[own.to(device)]])
+        starts = np.cumsum([len(dataset.y_test), *[len(t) for t in tests[:-1]]])
+        tests = [int(s) + torch.arange(len(t)) for s, t in zip(starts, tests, strict=True)]
+    return FederatedData(
+        dataset.input_shape,
+        dataset.num_classes,
+        dataset.x_train,
+        dataset.y_train,
+        x_test,
+        y_test,
+        [c.train.to(device) for c in clients],
+        [c.val.to(device) for c in clients],
+        [t.to(device) for t in tests],
+        x_public.to(device),
+        y_public.to(device),
+        clients.redraws,
+        len(dataset.y_test),
+    )
+
+
+def sample_counts(sc: Scenario) -> np.ndarray:
+    """Cost-only per-client training sample counts (``clients.num_samples``), checked."""
+    table = read_client_table(sc.clients.table) if sc.clients.table is not None else None
+    if table is not None and "num_samples" in table:
+        return table["num_samples"].to_numpy().astype(np.int64)  # checked on reading
+    counts = sample_attribute(
+        sc.clients.num_samples, numpy_rng(sc.seed, "clients", "num_samples"), sc.clients.count
+    )
+    counts = np.asarray(counts, dtype=float)
+    bad = out_of_range("num_samples", counts)
+    if len(bad):
+        raise ConfigError(
+            "clients.num_samples",
+            f"sampled {counts[bad[0]]:g} for client {int(bad[0])}; every client needs between "
+            "1 and 1e9 samples: shift or narrow the distribution",
+        )
+    return counts.astype(np.int64)
+
+
+def _sample_counts_only(sc: Scenario) -> FederatedData:
+    """Cost-only data: per-client sample counts from ``clients.num_samples``, no tensors."""
+    shape, classes = dataset_shape(sc.data.dataset)
+    counts = sample_counts(sc)
+    meta = torch.device("meta")
+    empty = torch.empty(0, dtype=torch.long, device=meta)
+    by_count = {  # clients with equal counts share one index tensor (shape only, no values)
+        n: torch.empty(n, dtype=torch.long, device=meta) for n in np.unique(counts).tolist()
+    }
+    return FederatedData(
+        shape,
+        classes,
+        torch.empty(0, *shape),
+        torch.empty(0, dtype=torch.long),
+        torch.empty(0, *shape),
+        torch.empty(0, dtype=torch.long),
+        [by_count[n] for n in counts.tolist()],
+        [empty] * sc.clients.count,
+        [empty] * sc.clients.count,
+        torch.empty(sc.data.public_size, *shape, device=meta),
+        torch.empty(sc.data.public_size, dtype=torch.long, device=meta),
+    )
+
+
+def assign_architectures(sc: Scenario, num_train: list[int], sizes: dict[str, int]) -> list[str]:
+    """Each client's architecture name (``model.name`` and ``model.assign``).
+
+    ``random`` draws from the choice per client (stream ``("clients", "model")``);
+    ``data_size`` splits clients in the choice's proportions and gives the
+    architectures with more parameters to the clients with more training data.
+    """
+    names = sc.model.names
+    n = sc.clients.count
+    if len(names) == 1:
+        return names * n
+    if sc.model.assign == "random":
+        drawn = sample_attribute(sc.model.name, numpy_rng(sc.seed, "clients", "model"), n)
+        return [str(v) for v in drawn]
+    choice = sc.model.name
+    values = [str(v) for v in choice.values]
+    weights = np.ones(len(values)) if choice.weights is None else np.asarray(choice.weights)
+    counts = proportional_counts(n, weights)
+    ranked = sorted(range(len(values)), key=lambda i: -sizes[values[i]])
+    clients = sorted(range(n), key=lambda c: (-num_train[c], c))
+    assigned: list[str] = [""] * n
+    position = 0
+    for i in ranked:
+        for c in clients[position : position + counts[i]]:
+            assigned[c] = values[i]
+        position += counts[i]
+    return assigned
+
+
+def build_models(
+    sc: Scenario, data: FederatedData, device: torch.device, num_train: list[int]
+) -> tuple[ModelCatalog, dict[str, int]]:
+    """Every architecture of the run (same init seed each), per-sample FLOPs, and assignment."""
+    modules = {
+        name: build_model(
+            name,
+            input_shape=data.input_shape,
+            num_classes=data.num_classes,
+            seed=derive_seed(sc.seed, "init"),
+        )
+        for name in sc.model.names
+    }
+    per_sample = {
+        name: forward_flops_per_sample(module, data.input_shape) for name, module in modules.items()
+    }
+    for module in modules.values():
+        module.to("meta" if sc.execution.cost_only else device)
+    architectures = {name: Architecture.of(name, module) for name, module in modules.items()}
+    sizes = {name: arch.num_params() for name, arch in architectures.items()}
+    assigned = assign_architectures(sc, num_train, sizes)
+    return ModelCatalog(architectures, tuple(assigned), sc.model.names[0]), per_sample
+
+
+@dataclass
+class World:
+    """Everything a run builds before its first event: the checks happen while building it."""
+
+    clients: list[ClientProfile]
+    network: Network
+    data: FederatedData
+    num_train: list[int]
+    models: ModelCatalog
+    ctx: TrainingContext
+    evaluator: CurveEvaluator | Evaluator
+    public_nbytes: int
+    faults: Faults
+
+
+@dataclass
+class Setup:
+    """How a run executes, decided before its first event (``summary.json`` reports it)."""
+
+    device: torch.device
+    threads: int
+    executor: str
+    executor_setting: str
+    calibration: Calibration | None
+
+
+def build_world(sc: Scenario, torch_device: torch.device) -> World:
+    """Build clients, links, data, partition, models and algorithm; every check that can
+    refuse a scenario runs here, before any work (``validate`` calls this too)."""
+    cost_only = sc.execution.cost_only
+    clients = build_clients(sc)
+    network = Network(sc.network, clients, sc.seed)  # checks the links
+    faults = Faults(sc.faults, len(clients), sc.seed)  # reads and checks the trace
+    data = build_data(sc, torch_device)
+    num_train = [i.shape[0] for i in data.train]
+    models, per_sample = build_models(sc, data, torch_device, num_train)
+    model_nbytes = {
+        name: payload_nbytes(arch.initial.to_payload())
+        for name, arch in models.architectures.items()
+    }
+    network.check_transfer_times(
+        {c.id: model_nbytes[arch] for c, arch in zip(clients, models.client_arch, strict=True)},
+        "the model",
+    )
+    label_counts = None
+    if not cost_only:
+        label_counts = [
+            torch.bincount(data.y_train[i], minlength=data.num_classes) for i in data.train
+        ]
+    algorithm_class = ALGORITHMS.get(sc.algorithm.name)
+    algorithm = algorithm_class(sc.algorithm, models, label_counts, sc.seed)
+    labeled = algorithm_class.public_data == "labeled"
+    public = (data.x_public, data.y_public if labeled else None)
+    ctx = TrainingContext(
+        algorithm,
+        models,
+        {name: ModelFunction(arch.module) for name, arch in models.architectures.items()},
+        per_sample,
+        {"train": (data.x_train, data.y_train), "public": public},
+        sc.seed,
+        proximal=sc.protocol.local_proximal,
+    )
+    if cost_only:
+        evaluator: CurveEvaluator | Evaluator = CurveEvaluator(sc.execution.accuracy_curve)
+    else:
+        trainers = sc.clients.count - sc.evaluation.new_clients  # new clients apart
+        evaluator = Evaluator(
+            models,
+            data.x_test,
+            data.y_test,
+            data.test[:trainers],
+            num_train[:trainers],
+            mean=sc.evaluation.personal_mean,
+            ddof=sc.evaluation.std_ddof,
+            global_size=data.global_test_size,
+        )
+    uses_public = algorithm_class.public_data != "none"
+    public_nbytes = (
+        payload_nbytes({"x": public[0]} | ({"y": public[1]} if labeled else {}))
+        if uses_public
+        else 0
+    )
+    return World(clients, network, data, num_train, models, ctx, evaluator, public_nbytes, faults)
