@@ -130,7 +130,7 @@ def test_the_python_entry_point_has_the_runners_signature_and_a_docstring():
 def test_every_command_line_option_has_help():
     import argparse
 
-    from mecsim.cli import _parser
+    from mecsim.cli_parser import build_parser as _parser
 
     parser = _parser()
     commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))

@@ -36,7 +36,7 @@ FLOORS: list[tuple[str, ...]] = [
     # 7: commands
     (
         "mecsim.api", "mecsim.cli", "mecsim.sweeps", "mecsim.comparison", "mecsim.describe",
-        "mecsim.conformance", "mecsim.__main__", "mecsim.ray_sweeps",
+        "mecsim.conformance", "mecsim.__main__", "mecsim.ray_sweeps", "mecsim.cli_parser",
     ),
 ]  # fmt: skip
 

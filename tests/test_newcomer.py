@@ -162,7 +162,7 @@ def test_load_of_a_folder_that_is_not_a_run_is_one_clear_error(tmp_path):
 
 # --- 5 and 10. help, accuracy curve ------------------------------------------------------
 def test_help_lists_every_command(capsys):
-    from mecsim.cli import _parser
+    from mecsim.cli_parser import build_parser as _parser
 
     parser = _parser()
     commands = next(a for a in parser._actions if a.dest == "command").choices
