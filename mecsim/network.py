@@ -52,6 +52,7 @@ from mecsim.channels.sharing import (
 from mecsim.devices import DeviceProfile
 from mecsim.distributions import sample_attribute
 from mecsim.errors import ConfigError
+from mecsim.radio import Broadcast, ClosedForm, Delivery, Radio
 from mecsim.rng import numpy_rng
 
 if TYPE_CHECKING:
@@ -71,166 +72,6 @@ class ClientProfile:
     @property
     def tx_power_w(self) -> float:
         return float(dbm_to_w(self.tx_power_dbm))
-
-
-@dataclass
-class Delivery:
-    """One receiver's reception of a downlink transmission, as the event clock sees it."""
-
-    reception: Reception
-    nbytes: int
-    key: tuple
-    """The transmission's fading-stream key (retries extend it)."""
-    done: simpy.Event
-    """Succeeds (with the reception) when the reception ends, delivered or failed."""
-    predicted_end: float
-    """When it ends if no other transmission starts meanwhile."""
-    predicted_failure: bool
-
-    @property
-    def client(self) -> int:
-        return self.reception.client
-
-
-@dataclass
-class Broadcast:
-    """A downlink transmission and the event that succeeds when it ends."""
-
-    transmission: Transmission
-    nbytes: int
-    done: simpy.Event
-
-
-@dataclass
-class ClosedForm:
-    """Receptions computed in closed form (numpy), one per client, aligned by position."""
-
-    clients: np.ndarray
-    bits: np.ndarray
-    start: np.ndarray
-    end: np.ndarray
-    sinr_time: np.ndarray
-    """Integral of the SINR over each reception."""
-    step: np.ndarray
-    """The transmitter's busy time from ``start`` (a broadcast's is its longest reception)."""
-
-    @property
-    def duration_s(self) -> np.ndarray:
-        return self.end - self.start
-
-    @property
-    def effective_rate_bps(self) -> np.ndarray:
-        """Bits / duration, as :attr:`Reception.effective_rate_bps` (0 for an empty one)."""
-        d = self.duration_s
-        with np.errstate(divide="ignore", invalid="ignore"):
-            return np.where(d > 0, self.bits / np.where(d > 0, d, 1.0), 0.0)
-
-    @property
-    def mean_sinr_db(self) -> np.ndarray:
-        """As :attr:`Reception.mean_sinr_db`: nan for an empty reception, -inf for no signal."""
-        d = self.duration_s
-        mean = (self.sinr_time / np.where(d > 0, d, 1.0)).tolist()
-        db = [10 * math.log10(m) if m > 0 else -math.inf for m in mean]
-        return np.where(d > 0, np.array(db, dtype=float), math.nan)
-
-
-class _Radio:
-    """Maps a :class:`SharedTransmitter` onto the event clock.
-
-    ``self.tx`` holds the state as of the last transmission start. A start
-    first advances it to now, then forecasts the rest (a copy advanced until
-    everything ends, exact while nothing else starts) and fires each
-    reception's and transmission's event at its forecast end, with the
-    forecast copy as the event's value. A later start cancels what is left of
-    the forecast and makes a new one.
-    """
-
-    def __init__(self, env: simpy.Environment, transmitter: SharedTransmitter) -> None:
-        self.env = env
-        self.tx = transmitter
-        self._pending: dict[int, tuple[Reception | Transmission, simpy.Event]] = {}
-        self._order: dict[int, int] = {}  # watch order: ties in time fire in it
-        self._forecast: dict[int, Reception | Transmission] = {}
-        self._fired: dict[int, simpy.Event] = {}
-        self._generation = 0
-
-    def start(
-        self,
-        transmissions: Sequence[Transmission],
-        joins: Sequence[tuple[Transmission, Sequence[Reception]]] = (),
-    ) -> None:
-        """Start ``transmissions`` now and add ``joins`` receivers to transmissions that
-        started at this instant; then forecast their ends."""
-        self._sync()
-        for transmission in transmissions:
-            self.tx.start(transmission)
-            self._watch(transmission)
-            for r in transmission.receptions:
-                self._watch(r)
-        for transmission, receptions in joins:
-            for r in receptions:
-                r.start = self.tx.now
-                transmission.receptions.append(r)
-                self._watch(r)
-        for obj, _ in list(self._pending.values()):  # empty payloads end at once
-            if not obj.open:
-                self._fire(obj, obj)
-        self._schedule()
-
-    def event_of(self, obj: Reception | Transmission) -> simpy.Event:
-        return self._pending[id(obj)][1] if id(obj) in self._pending else self._fired[id(obj)]
-
-    def forecast(self, obj: Reception | Transmission) -> Reception | Transmission:
-        """How ``obj`` ends if nothing else starts (itself if it has ended)."""
-        return self._forecast.get(id(obj), obj)
-
-    def _watch(self, obj: Reception | Transmission) -> None:
-        self._pending[id(obj)] = (obj, self.env.event())
-        self._order[id(obj)] = len(self._order)
-
-    def _fire(self, obj: Reception | Transmission, value: Reception | Transmission) -> None:
-        _, event = self._pending.pop(id(obj))
-        self._order.pop(id(obj), None)
-        self._fired[id(obj)] = event
-        event.succeed(value)
-
-    def _sync(self) -> None:
-        """Advance the state to now; fire what ended and was not yet fired from a forecast."""
-        self._fired = {}
-        for r in self.tx.advance(self.env.now):
-            if id(r) in self._pending:
-                self._fire(r, r)
-        for obj, _ in list(self._pending.values()):
-            if isinstance(obj, Transmission) and not obj.open:
-                self._fire(obj, obj)
-
-    def _schedule(self) -> None:
-        self._generation += 1
-        clone = self.tx.clone()
-        try:
-            clone.advance(math.inf)
-        except PermanentOutage as error:
-            raise ConfigError("network.min_snr_db", str(error)) from None
-        self._forecast = clone.twins
-        timeline = sorted(
-            (twin.end, self._order[id(obj)], id(obj))
-            for obj, _ in self._pending.values()
-            if (twin := clone.twins.get(id(obj))) is not None and twin.end is not None
-        )
-        if timeline:
-            self.env.process(self._deliver(self._generation, timeline))
-
-    def _deliver(
-        self, generation: int, timeline: list[tuple[float, int, int]]
-    ) -> Generator[simpy.Event, Any, None]:
-        for at, _, key in timeline:
-            if at > self.env.now:
-                yield self.env.timeout(at - self.env.now)
-            if generation != self._generation:
-                return
-            if key in self._pending:
-                obj, _ = self._pending[key]
-                self._fire(obj, self._forecast[key])
 
 
 MAX_TRANSFER_S = 1e9
@@ -429,7 +270,7 @@ class Network:
     def bind(self, env: simpy.Environment) -> None:
         """Attach the network to the run's event clock (the simulator calls this)."""
         self.env = env
-        self._server = _Radio(
+        self._server = Radio(
             env, SharedTransmitter(self.server_bandwidth_hz, self.server_tx_power_w)
         )
         self._cell = (

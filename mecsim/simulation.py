@@ -29,23 +29,21 @@ from mecsim.algorithms.base import (
     ServerState,
     Task,
     Upload,
-    schedule_of,
-    start_of,
 )
-from mecsim.channels.sharing import Reception, Transmission
 from mecsim.checkpoint import Ledger
 from mecsim.cost import compute_cost
 from mecsim.devices import DeviceProfile
 from mecsim.errors import ConfigError
 from mecsim.evaluation import Evaluation, Evaluator
 from mecsim.executors import ClientJob, Executor, JobResult, TrainingContext
-from mecsim.executors.base import job_context, step_flops
-from mecsim.faults import Drop, Faults
-from mecsim.network import ClientProfile, Delivery, Network
+from mecsim.faults import Faults
+from mecsim.network import ClientProfile, Network
 from mecsim.newcomers import welcome
 from mecsim.recorder import Recorder
 from mecsim.rng import numpy_rng
-from mecsim.state import ModelState, Payload, payload_nbytes, state_nbytes
+from mecsim.sim_compute import Computing
+from mecsim.sim_transfers import Transfers
+from mecsim.state import ModelState, Payload, state_nbytes
 
 if TYPE_CHECKING:
     from mecsim.checkpoint import Checkpointer
@@ -56,7 +54,7 @@ Process = Generator[simpy.Event, Any, Any]
 log = logging.getLogger(__name__)
 
 
-class Simulation:
+class Simulation(Transfers, Computing):
     """Owns the clock, the algorithm's state, and the record of what happened."""
 
     def __init__(
@@ -264,239 +262,7 @@ class Simulation:
         """The algorithm's client tasks of ``round_``."""
         return self.algorithm.round_tasks(round_)
 
-    def downlink_transfers(
-        self,
-        round_: int,
-        payloads: dict[int, Payload | None],
-        key: tuple | None = None,
-        join: object = None,
-    ) -> dict[int, Delivery]:
-        """Start this round's downlink to each client now; return each client's delivery.
-
-        The payload goes out as one broadcast only when the algorithm sends
-        the same payload to everyone and ``network.downlink.mode`` is
-        ``broadcast``; otherwise each client gets its own unicast transmission.
-        All share the server's radio (:class:`~mecsim.network.Network`).
-        ``key`` names the transmission's fading streams (default: the round);
-        broadcasts with the same ``join`` key started at the same instant are
-        one transmission.
-        """
-        sizes: dict[int, int] = {}  # by payload identity: a broadcast payload is sized once
-        nbytes = {}
-        for c, payload in payloads.items():
-            if id(payload) not in sizes:
-                sizes[id(payload)] = payload_nbytes(payload)
-            nbytes[c] = sizes[id(payload)]
-        broadcast = self.algorithm.broadcast and self.network.config.downlink.mode == "broadcast"
-        key = ("round", round_) if key is None else key
-        return self._transmit(round_, nbytes, key, broadcast, join=join)
-
-    def _transmit(
-        self,
-        round_: int,
-        nbytes: dict[int, int],
-        key: tuple,
-        broadcast: bool,
-        phase: str = "downlink-send",
-        join: object = None,
-    ) -> dict[int, Delivery]:
-        """Start the server's transmission(s) now; each is recorded when it ends."""
-        deliveries, started = self.network.downlink(nbytes, key, broadcast, join)
-        for sent in started:
-            tx, n = sent.transmission, sent.nbytes
-            token = self._begin(lambda tx=tx, n=n: self._record_send(round_, phase, n, tx))
-            sent.done.callbacks.append(
-                lambda event, n=n, token=token: self._record_send(
-                    round_, phase, n, event.value, token
-                )
-            )
-        return deliveries
-
-    def _record_send(
-        self, round_: int, phase: str, nbytes: int, t: Transmission, token: int | None = None
-    ) -> None:
-        """Record the server's transmission ``t`` of ``nbytes``: ended, or (still open when
-        the run ends) cut off now with the bytes its best receiver got and the energy of
-        the power share it held so far."""
-        if token is not None:
-            self._end(token)
-        end = t.end
-        if end is None:
-            phase, end = f"{phase}:cutoff", self.env.now
-            nbytes = max(int(r.bits - r.remaining) // 8 for r in t.receptions)
-        self.recorder.event(
-            round_,
-            SERVER,
-            phase,
-            t.start,
-            end,
-            direction="down",
-            role="sender",
-            nbytes=nbytes,
-            energy_j=t.energy_j,
-        )
-
     # --- timed activities (process generators) ----------------------------------------
-    def download(self, round_: int, delivery: Delivery | None, job: int | None = None) -> Process:
-        """Client receives its downlink payload; returns whether it arrived (None: nothing sent).
-
-        A failed reception (``network.max_transfer_s``) is retried
-        ``network.retries`` times as a unicast transmission to that client.
-        """
-        if delivery is None:
-            return True
-        reception = yield from self._receive(round_, job, delivery)
-        for attempt in range(1, self.network.config.retries + 1):
-            if not reception.failed:
-                break
-            key = (*delivery.key, "retry", attempt)
-            retry = self._transmit(round_, {reception.client: delivery.nbytes}, key, False)
-            reception = yield from self._receive(round_, job, retry[reception.client])
-        return not reception.failed
-
-    def _receive(self, round_: int, job: int | None, delivery: Delivery) -> Process:
-        """Wait for one reception to end and record it (cut off if the run ends first)."""
-        r, nbytes = delivery.reception, delivery.nbytes
-        token = self._begin(lambda: self._record_download(round_, job, r, nbytes))
-        reception = yield delivery.done
-        self._end(token)
-        self._record_download(round_, job, reception, nbytes)
-        return reception
-
-    def _record_download(
-        self, round_: int, job: int | None, r: Reception, nbytes: int, phase: str = "download"
-    ) -> None:
-        """Record a client's reception of a download (see :meth:`_record_transfer`)."""
-        rx_power_w = self.clients[r.client].device.rx_power_w
-        self._record_transfer(round_, job, r.client, r, nbytes, phase, "down", rx_power_w)
-
-    def _record_transfer(
-        self,
-        round_: int,
-        job: int | None,
-        client: int,
-        r: Reception,
-        nbytes: int,
-        phase: str,
-        direction: str,
-        power_w: float,
-    ) -> None:
-        """Record the client's side of a transfer (``down``: it receives at ``power_w``;
-        ``up``: it sends): ended (delivered or failed), or still open and cut off now with
-        the bits it carried so far."""
-        if r.end is None:
-            r, phase = r.cut(self.env.now), f"{phase}:cutoff"
-            nbytes = int(r.bits) // 8
-        self.recorder.event(
-            round_,
-            client,
-            f"{phase}:failed" if r.failed else phase,
-            r.start,
-            r.end,
-            duration_s=r.duration_s,
-            job=job,
-            direction=direction,
-            role="receiver" if direction == "down" else "sender",
-            nbytes=0 if r.failed else nbytes,
-            energy_j=power_w * r.duration_s,
-            rate_bps=r.effective_rate_bps,
-            snr_db=r.mean_sinr_db,
-        )
-
-    def compute(
-        self, round_: int, client: int, task: Task, flops: int, job: int | None = None
-    ) -> Process:
-        """Client runs one task: duration = metered FLOPs / device FLOP/s.
-
-        A client computes one task at a time: the task starts when the
-        client's previous computation has finished (wait-free training can
-        still be busy with the personalized task when the next model arrives).
-        """
-        if self.busy_until[client] > self.env.now:
-            yield self.env.timeout(self.busy_until[client] - self.env.now)
-        start = self.env.now
-        seconds, energy = self._occupy(client, flops, start)
-        phase = f"compute:{task.name}"
-        token = self._begin(
-            lambda: self._record_cut_compute(round_, client, phase, flops, seconds, start, job)
-        )
-        yield self.env.timeout(seconds)
-        self._end(token)
-        self.recorder.event(
-            round_,
-            client,
-            phase,
-            start,
-            self.env.now,
-            duration_s=seconds,
-            job=job,
-            flops=flops,
-            energy_j=energy,
-        )
-
-    def _record_cut_compute(
-        self,
-        round_: int,
-        client: int,
-        phase: str,
-        flops: int,
-        seconds: float,
-        start: float,
-        job: int | None,
-    ) -> None:
-        """A computation still running when the run ends: the part done by now (FLOPs in
-        proportion to the time, as a dropout's partial task)."""
-        elapsed = self.env.now - start
-        done = int(flops * elapsed / seconds) if seconds > 0 else 0
-        self.recorder.event(
-            round_,
-            client,
-            f"{phase}:cutoff",
-            start,
-            self.env.now,
-            duration_s=elapsed,
-            job=job,
-            flops=done,
-            energy_j=self.clients[client].device.power_w * elapsed,
-        )
-
-    def compute_tasks(
-        self,
-        round_: int,
-        result: JobResult,
-        tasks: Sequence[Task],
-        job: int | None = None,
-        can_fail: bool = True,
-    ) -> Process:
-        """Client runs ``tasks`` of a finished job one after another (those the job ran);
-        returns False if the client dropped out (see :mod:`mecsim.faults`)."""
-        client = result.client
-        run = [t for t in tasks if t.name in result.task_flops]
-        drop = None
-        if can_fail and self.faults is not None and run:
-            if self.busy_until[client] > self.env.now:
-                yield self.env.timeout(self.busy_until[client] - self.env.now)
-            seconds = [self.compute_seconds(client, result.task_flops[t.name]) for t in run]
-            key = round_ if job is None else job
-            drop = self.faults.plan(client, key, seconds, self.env.now)
-        for i, task in enumerate(run):
-            flops = result.task_flops[task.name]
-            if drop is not None and drop.task == i:
-                yield from self._interrupted(round_, client, task, flops, drop, job)
-                return False
-            yield from self.compute(round_, client, task, flops, job)
-        return True
-
-    def _interrupted(
-        self, round_: int, client: int, task: Task, flops: int, drop: Drop, job: int | None
-    ) -> Process:
-        """The part of ``task`` done before the client dropped, then the fault event."""
-        seconds = self.compute_seconds(client, flops)
-        done = int(flops * drop.seconds / seconds) if seconds > 0 else 0
-        yield from self.compute(round_, client, task, done, job)
-        self.recorder.event(
-            round_, client, f"fault:{drop.cause}", self.env.now, self.env.now, job=job
-        )
 
     def still_online(self, round_: int, client: int, job: int | None = None) -> bool:
         """Whether ``client`` is online now; if not, record its ``fault:offline`` event."""
@@ -505,70 +271,6 @@ class Simulation:
         now = self.env.now
         self.recorder.event(round_, client, "fault:offline", now, now, job=job)
         return False
-
-    def upload(self, round_: int, client: int, payload: Payload, job: int | None = None) -> Process:
-        """Client sends its upload on its own band; returns whether it arrived.
-
-        Time spent waiting for spectrum (a finite ``network.uplink`` cell band)
-        is a ``wait:spectrum`` event; a failed transfer is an ``upload:failed``
-        event and is retried ``network.retries`` times.
-        """
-        nbytes = payload_nbytes(payload)
-        job_key = round_ if job is None else job
-        for attempt in range(self.network.config.retries + 1):
-            key = ("job", job_key, attempt)
-            asked = self.env.now
-            granted: list[float] = []  # when the band was granted, once it is
-            token = self._begin(
-                lambda key=key, asked=asked, granted=granted: self._cut_upload(
-                    round_, client, nbytes, key, asked, granted, job
-                )
-            )
-            start, r = yield from self.network.upload(client, nbytes, key, granted.append)
-            self._end(token)
-            self._record_upload(round_, client, nbytes, asked, start, r, job)
-            if not r.failed:
-                return True
-        return False
-
-    def _record_upload(
-        self,
-        round_: int,
-        client: int,
-        nbytes: int,
-        asked: float,
-        granted: float,
-        r: Reception,
-        job: int | None,
-    ) -> None:
-        """Record the wait for spectrum, if any, and the upload (ended, or cut off now)."""
-        if granted > asked:
-            self.recorder.event(
-                round_, client, "wait:spectrum", asked, granted, job=job, direction="up"
-            )
-        power_w = self.clients[client].tx_power_w
-        self._record_transfer(round_, job, client, r, nbytes, "upload", "up", power_w)
-
-    def _cut_upload(
-        self,
-        round_: int,
-        client: int,
-        nbytes: int,
-        key: tuple,
-        asked: float,
-        granted: list[float],
-        job: int | None,
-    ) -> None:
-        """An upload still waiting for spectrum or on the air when the run ends."""
-        now = self.env.now
-        if not granted:
-            if now > asked:
-                self.recorder.event(
-                    round_, client, "wait:spectrum", asked, now, job=job, direction="up"
-                )
-            return
-        r = self.network.upload_progress(client, nbytes, key, granted[0], now)
-        self._record_upload(round_, client, nbytes, asked, granted[0], r, job)
 
     def aggregate(self, round_: int, uploads: list[Upload]) -> Process:
         """Server aggregates (FLOPs / server FLOP/s), then runs its server tasks, if any."""
@@ -644,16 +346,6 @@ class Simulation:
             energy_j=energy,
         )
 
-    def public_download(self) -> Process:
-        """Every client downloads the public split once, before round 0 (a broadcast)."""
-        if not self.public_nbytes:
-            return
-        nbytes = dict.fromkeys(range(len(self.clients)), self.public_nbytes)
-        deliveries = self._transmit(-1, nbytes, ("public",), True, "downlink-send:public")
-        receptions = yield self.env.all_of([d.done for d in deliveries.values()])
-        for r in receptions.values():
-            self._record_download(-1, None, r, self.public_nbytes, "download:public")
-
     # --- bookkeeping -----------------------------------------------------------------
     def end_round(
         self, round_: int, round_start: float, selected: Sequence[int], **extra: Any
@@ -712,53 +404,6 @@ class Simulation:
         self._wall_start = time.perf_counter()
         self._train_wall_s = 0.0
 
-    def _occupy(self, client: int, flops: int, start: float) -> tuple[float, float]:
-        """Book ``client``'s device for ``flops`` from ``start``; return (seconds, joules)."""
-        seconds, energy = compute_cost(flops, self.clients[client].device)
-        self.busy_until[client] = max(self.busy_until[client], start + seconds)
-        return seconds, energy
-
-    def record_compute(
-        self, round_: int, client: int, task: Task, flops: int, start: float
-    ) -> float:
-        """Log a computation that ran (or runs) from ``start`` without a process; return its end.
-
-        Used for wait-free windows, whose size is fixed only when they close.
-        """
-        seconds, energy = self._occupy(client, flops, start)
-        end = start + seconds
-        self.recorder.event(
-            round_,
-            client,
-            f"compute:{task.name}",
-            start,
-            end,
-            duration_s=seconds,
-            flops=flops,
-            energy_j=energy,
-        )
-        return end
-
-    def step_seconds(self, client: int, round_: int, task: Task, payload: Payload | None) -> float:
-        """Simulated seconds of one SGD step of ``task`` on ``client``'s device.
-
-        The step is metered like any other (see :class:`~mecsim.cost.StepMeter`),
-        from the state and payload the task would start from.
-        """
-        assert self.training is not None, "step_seconds needs the run's TrainingContext"
-        algorithm = self.algorithm
-        state = self.client_states[client]
-        job = ClientJob(client, round_, state, payload, self.indices[client])
-        ctx = job_context(job, self.seed)
-        start = start_of(algorithm, task, state, payload, ctx)
-        consts = self.training.constants(task, state, start, payload, ctx)
-        schedule = schedule_of(algorithm, task)
-        flops = step_flops(self.training, client, task, schedule, start, consts, job.indices)
-        extra = self.training.extra_flops(task, start, consts, 2) - self.training.extra_flops(
-            task, start, consts, 1
-        )
-        return (flops + extra) / self.clients[client].device.flops_per_s
-
     def commit(
         self, client: int, state: ClientState, ready: float, nbytes: int | None = None
     ) -> None:
@@ -774,10 +419,6 @@ class Simulation:
         size = state_nbytes(state) if nbytes is None else nbytes
         if size > peak[client]:
             peak[client] = size
-
-    def compute_seconds(self, client: int, flops: int) -> float:
-        """Simulated seconds ``client``'s device takes for ``flops``."""
-        return compute_cost(flops, self.clients[client].device)[0]
 
     def _run(self, protocol_process: Callable[[Simulation], Process]) -> Process:
         yield from self.public_download()

@@ -28,10 +28,10 @@ FLOORS: list[tuple[str, ...]] = [
     ("mecsim.executors",),  # 3
     # 4: what the clock asks and records, and the reports computed from the tables
     (
-        "mecsim.network", "mecsim.network_config", "mecsim.recorder", "mecsim.evaluation", "mecsim.faults",
+        "mecsim.network", "mecsim.network_config", "mecsim.radio", "mecsim.recorder", "mecsim.evaluation", "mecsim.faults",
         "mecsim.newcomers", "mecsim.checkpoint", "mecsim.invariants", "mecsim.analysis",
     ),
-    ("mecsim.protocols", "mecsim.simulation", "mecsim.scenario", "mecsim.sections", "mecsim.validation"),  # 5: the clock
+    ("mecsim.protocols", "mecsim.simulation", "mecsim.scenario", "mecsim.sections", "mecsim.validation", "mecsim.sim_transfers", "mecsim.sim_compute"),  # 5: the clock
     ("mecsim.runner", "mecsim.output", "mecsim.world", "mecsim.tables"),  # 6: scenario -> world -> simulation -> tables
     # 7: commands
     (

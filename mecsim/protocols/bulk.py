@@ -41,7 +41,7 @@ from mecsim.channels.sharing import PermanentOutage
 from mecsim.errors import ConfigError
 from mecsim.executors import JobResult
 from mecsim.gc_pause import paused_gc
-from mecsim.network import ClosedForm
+from mecsim.radio import ClosedForm
 from mecsim.recorder import EVENT_COLUMNS
 from mecsim.simulation import Process, Simulation
 from mecsim.state import Payload, payload_nbytes, state_nbytes
@@ -265,7 +265,7 @@ def _row(
 
 
 def _deliveries(ends: list[float], t0: float) -> tuple[list[float], np.ndarray]:
-    """The radio's delivery process (``_Radio._deliver``) on a sorted timeline: the clock
+    """The radio's delivery process (``Radio._deliver``) on a sorted timeline: the clock
     time of each wake-up (unit 0: the process's start at ``t0``) and the unit each entry
     fires in. A wake-up is a timeout ``at - now``, so its time is ``now + (at - now)``."""
     now = t0

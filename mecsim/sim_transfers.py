@@ -1,0 +1,245 @@
+"""The simulator's transfers: downloads, uploads and their rows in the events table.
+
+A mix-in of :class:`~mecsim.simulation.Simulation` (it uses the simulation's
+clock, network, recorder, fault model and ledger): each transfer is a short
+process generator a protocol composes, timed by :class:`~mecsim.network.Network`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from typing import TYPE_CHECKING, Any
+
+import simpy
+
+from mecsim.algorithms.base import (
+    SERVER,
+)
+from mecsim.channels.sharing import Reception, Transmission
+from mecsim.radio import Delivery
+from mecsim.state import Payload, payload_nbytes
+
+if TYPE_CHECKING:
+    pass
+
+
+if TYPE_CHECKING:
+    from mecsim.simulation import Simulation  # noqa: F401
+
+Process = Generator[simpy.Event, Any, Any]
+
+
+class Transfers:
+    """Downloads and uploads of a :class:`~mecsim.simulation.Simulation` (a mix-in)."""
+
+    def downlink_transfers(
+        self,
+        round_: int,
+        payloads: dict[int, Payload | None],
+        key: tuple | None = None,
+        join: object = None,
+    ) -> dict[int, Delivery]:
+        """Start this round's downlink to each client now; return each client's delivery.
+
+        The payload goes out as one broadcast only when the algorithm sends
+        the same payload to everyone and ``network.downlink.mode`` is
+        ``broadcast``; otherwise each client gets its own unicast transmission.
+        All share the server's radio (:class:`~mecsim.network.Network`).
+        ``key`` names the transmission's fading streams (default: the round);
+        broadcasts with the same ``join`` key started at the same instant are
+        one transmission.
+        """
+        sizes: dict[int, int] = {}  # by payload identity: a broadcast payload is sized once
+        nbytes = {}
+        for c, payload in payloads.items():
+            if id(payload) not in sizes:
+                sizes[id(payload)] = payload_nbytes(payload)
+            nbytes[c] = sizes[id(payload)]
+        broadcast = self.algorithm.broadcast and self.network.config.downlink.mode == "broadcast"
+        key = ("round", round_) if key is None else key
+        return self._transmit(round_, nbytes, key, broadcast, join=join)
+
+    def _transmit(
+        self,
+        round_: int,
+        nbytes: dict[int, int],
+        key: tuple,
+        broadcast: bool,
+        phase: str = "downlink-send",
+        join: object = None,
+    ) -> dict[int, Delivery]:
+        """Start the server's transmission(s) now; each is recorded when it ends."""
+        deliveries, started = self.network.downlink(nbytes, key, broadcast, join)
+        for sent in started:
+            tx, n = sent.transmission, sent.nbytes
+            token = self._begin(lambda tx=tx, n=n: self._record_send(round_, phase, n, tx))
+            sent.done.callbacks.append(
+                lambda event, n=n, token=token: self._record_send(
+                    round_, phase, n, event.value, token
+                )
+            )
+        return deliveries
+
+    def _record_send(
+        self, round_: int, phase: str, nbytes: int, t: Transmission, token: int | None = None
+    ) -> None:
+        """Record the server's transmission ``t`` of ``nbytes``: ended, or (still open when
+        the run ends) cut off now with the bytes its best receiver got and the energy of
+        the power share it held so far."""
+        if token is not None:
+            self._end(token)
+        end = t.end
+        if end is None:
+            phase, end = f"{phase}:cutoff", self.env.now
+            nbytes = max(int(r.bits - r.remaining) // 8 for r in t.receptions)
+        self.recorder.event(
+            round_,
+            SERVER,
+            phase,
+            t.start,
+            end,
+            direction="down",
+            role="sender",
+            nbytes=nbytes,
+            energy_j=t.energy_j,
+        )
+
+    def download(self, round_: int, delivery: Delivery | None, job: int | None = None) -> Process:
+        """Client receives its downlink payload; returns whether it arrived (None: nothing sent).
+
+        A failed reception (``network.max_transfer_s``) is retried
+        ``network.retries`` times as a unicast transmission to that client.
+        """
+        if delivery is None:
+            return True
+        reception = yield from self._receive(round_, job, delivery)
+        for attempt in range(1, self.network.config.retries + 1):
+            if not reception.failed:
+                break
+            key = (*delivery.key, "retry", attempt)
+            retry = self._transmit(round_, {reception.client: delivery.nbytes}, key, False)
+            reception = yield from self._receive(round_, job, retry[reception.client])
+        return not reception.failed
+
+    def _receive(self, round_: int, job: int | None, delivery: Delivery) -> Process:
+        """Wait for one reception to end and record it (cut off if the run ends first)."""
+        r, nbytes = delivery.reception, delivery.nbytes
+        token = self._begin(lambda: self._record_download(round_, job, r, nbytes))
+        reception = yield delivery.done
+        self._end(token)
+        self._record_download(round_, job, reception, nbytes)
+        return reception
+
+    def _record_download(
+        self, round_: int, job: int | None, r: Reception, nbytes: int, phase: str = "download"
+    ) -> None:
+        """Record a client's reception of a download (see :meth:`_record_transfer`)."""
+        rx_power_w = self.clients[r.client].device.rx_power_w
+        self._record_transfer(round_, job, r.client, r, nbytes, phase, "down", rx_power_w)
+
+    def _record_transfer(
+        self,
+        round_: int,
+        job: int | None,
+        client: int,
+        r: Reception,
+        nbytes: int,
+        phase: str,
+        direction: str,
+        power_w: float,
+    ) -> None:
+        """Record the client's side of a transfer (``down``: it receives at ``power_w``;
+        ``up``: it sends): ended (delivered or failed), or still open and cut off now with
+        the bits it carried so far."""
+        if r.end is None:
+            r, phase = r.cut(self.env.now), f"{phase}:cutoff"
+            nbytes = int(r.bits) // 8
+        self.recorder.event(
+            round_,
+            client,
+            f"{phase}:failed" if r.failed else phase,
+            r.start,
+            r.end,
+            duration_s=r.duration_s,
+            job=job,
+            direction=direction,
+            role="receiver" if direction == "down" else "sender",
+            nbytes=0 if r.failed else nbytes,
+            energy_j=power_w * r.duration_s,
+            rate_bps=r.effective_rate_bps,
+            snr_db=r.mean_sinr_db,
+        )
+
+    def upload(self, round_: int, client: int, payload: Payload, job: int | None = None) -> Process:
+        """Client sends its upload on its own band; returns whether it arrived.
+
+        Time spent waiting for spectrum (a finite ``network.uplink`` cell band)
+        is a ``wait:spectrum`` event; a failed transfer is an ``upload:failed``
+        event and is retried ``network.retries`` times.
+        """
+        nbytes = payload_nbytes(payload)
+        job_key = round_ if job is None else job
+        for attempt in range(self.network.config.retries + 1):
+            key = ("job", job_key, attempt)
+            asked = self.env.now
+            granted: list[float] = []  # when the band was granted, once it is
+            token = self._begin(
+                lambda key=key, asked=asked, granted=granted: self._cut_upload(
+                    round_, client, nbytes, key, asked, granted, job
+                )
+            )
+            start, r = yield from self.network.upload(client, nbytes, key, granted.append)
+            self._end(token)
+            self._record_upload(round_, client, nbytes, asked, start, r, job)
+            if not r.failed:
+                return True
+        return False
+
+    def _record_upload(
+        self,
+        round_: int,
+        client: int,
+        nbytes: int,
+        asked: float,
+        granted: float,
+        r: Reception,
+        job: int | None,
+    ) -> None:
+        """Record the wait for spectrum, if any, and the upload (ended, or cut off now)."""
+        if granted > asked:
+            self.recorder.event(
+                round_, client, "wait:spectrum", asked, granted, job=job, direction="up"
+            )
+        power_w = self.clients[client].tx_power_w
+        self._record_transfer(round_, job, client, r, nbytes, "upload", "up", power_w)
+
+    def _cut_upload(
+        self,
+        round_: int,
+        client: int,
+        nbytes: int,
+        key: tuple,
+        asked: float,
+        granted: list[float],
+        job: int | None,
+    ) -> None:
+        """An upload still waiting for spectrum or on the air when the run ends."""
+        now = self.env.now
+        if not granted:
+            if now > asked:
+                self.recorder.event(
+                    round_, client, "wait:spectrum", asked, now, job=job, direction="up"
+                )
+            return
+        r = self.network.upload_progress(client, nbytes, key, granted[0], now)
+        self._record_upload(round_, client, nbytes, asked, granted[0], r, job)
+
+    def public_download(self) -> Process:
+        """Every client downloads the public split once, before round 0 (a broadcast)."""
+        if not self.public_nbytes:
+            return
+        nbytes = dict.fromkeys(range(len(self.clients)), self.public_nbytes)
+        deliveries = self._transmit(-1, nbytes, ("public",), True, "downlink-send:public")
+        receptions = yield self.env.all_of([d.done for d in deliveries.values()])
+        for r in receptions.values():
+            self._record_download(-1, None, r, self.public_nbytes, "download:public")
