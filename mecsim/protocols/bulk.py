@@ -115,111 +115,137 @@ def _record_clients(
     """Record the clients' rows, commit their states, append their uploads to ``arrived``;
     return the instant the last client finished. (A function, not the generator, so the
     round's arrays are freed before the clock moves.)"""
-    t0 = sim.env.now
-    clients = down.clients
-    n = len(clients)
-    devices = sim.device_arrays
-    rows = _Rows({name: [] for name in EVENT_COLUMNS}, [])
+    bulk = _BulkRound(sim, round_, down.clients)
+    bulk.downlink(down)
+    outcomes = [results[c] for c in down.clients.tolist()]
+    bulk.tasks(outcomes)
+    finish = bulk.uploads(outcomes, arrived)
+    bulk.flush()
+    return finish
 
-    # the radio's timeline: the transmission (watch order 0), then receptions by client
-    tx_end = float(down.end.max())
-    ends = np.concatenate([[tx_end], down.end])
-    timeline = np.lexsort((np.arange(n + 1), ends))
-    unit_time, unit_of = _deliveries(ends[timeline].tolist(), t0)
-    fired = np.empty(n + 1, dtype=float)  # clock time each timeline entry fires at
-    fired[timeline] = np.asarray(unit_time)[unit_of]
-    position = np.empty(n + 1, dtype=np.int64)
-    position[timeline] = np.arange(n + 1)
 
-    send = rows.add(
-        fired[:1],
-        _row(round_, SERVER, "downlink-send", "down", "sender", t0, tx_end),
-        bytes=int(down.bits[0]) // 8,
-        energy_j=sim.network.server_tx_power_w * float(down.step[0]),
-    )
-    rx = devices["rx_power_w"][clients]
-    downloads = rows.add(
-        fired[1:],
-        _row(round_, clients, "download", "down", "receiver", down.start, down.end),
-        bytes=down.bits // 8,
-        energy_j=rx * down.duration_s,
-        rate_bps=down.effective_rate_bps,
-        snr_db=down.mean_sinr_db,
-    )
-    sub = np.zeros(n + 1, dtype=np.int64)  # order among rows fired by one radio event
-    sub[send], sub[downloads] = position[0], position[1:]
+class _BulkRound:
+    """One bulk round's rows as they are built: the radio's timeline, then each client's
+    tasks and upload, each row linked to the row whose processing schedules it."""
 
-    # tasks, one after another from the download (compute: FLOPs / device FLOP/s)
-    now = fired[1:].copy()
-    busy = np.array([sim.busy_until[c] for c in clients.tolist()])
-    last = downloads.copy()
-    # (rows, their parents): the row whose processing schedules each row
-    links: list[tuple[np.ndarray, np.ndarray]] = []
-    result_list = [results[c] for c in clients.tolist()]
-    flops_per_s, power_w = devices["flops_per_s"][clients], devices["power_w"][clients]
-    task_flops = [r.task_flops for r in result_list]
-    for task in sim.tasks(round_):
-        flops = np.fromiter((f.get(task.name, -1) for f in task_flops), np.int64, n)
-        ran = flops >= 0  # -1: the job did not run the task
-        if not ran.any():
-            continue
-        seconds = flops[ran] / flops_per_s[ran]
-        start = now[ran]
-        end = start + seconds
-        computed = rows.add(
-            end,
-            _row(round_, clients[ran], f"compute:{task.name}", "none", "none", start, end),
-            duration_s=seconds,
-            flops=flops[ran],
-            energy_j=power_w[ran] * seconds,
+    def __init__(self, sim: Simulation, round_: int, clients: np.ndarray) -> None:
+        self.sim, self.round, self.clients = sim, round_, clients
+        self.t0 = sim.env.now
+        self.devices = sim.device_arrays
+        self.rows = _Rows({name: [] for name in EVENT_COLUMNS}, [])
+        self.links: list[tuple[np.ndarray, np.ndarray]] = []
+        """(rows, their parents): the row whose processing schedules each row."""
+
+    def downlink(self, down: ClosedForm) -> None:
+        """The transmission's and the receptions' rows, at the times the radio's delivery
+        process fires them (the transmission in watch order 0, then receptions by client)."""
+        n, t0, clients = len(self.clients), self.t0, self.clients
+        tx_end = float(down.end.max())
+        ends = np.concatenate([[tx_end], down.end])
+        self.timeline = np.lexsort((np.arange(n + 1), ends))
+        self.unit_time, self.unit_of = _deliveries(ends[self.timeline].tolist(), t0)
+        fired = np.empty(n + 1, dtype=float)  # clock time each timeline entry fires at
+        fired[self.timeline] = np.asarray(self.unit_time)[self.unit_of]
+        position = np.empty(n + 1, dtype=np.int64)
+        position[self.timeline] = np.arange(n + 1)
+        send = self.rows.add(
+            fired[:1],
+            _row(self.round, SERVER, "downlink-send", "down", "sender", t0, tx_end),
+            bytes=int(down.bits[0]) // 8,
+            energy_j=self.sim.network.server_tx_power_w * float(down.step[0]),
         )
-        links.append((computed, last[ran]))
-        now[ran], last[ran] = end, computed
-        busy[ran] = np.maximum(busy[ran], end)
-    state_bytes = by_identity(state_nbytes)  # cost-only job classes share states
-    for c, r, b, t in zip(clients.tolist(), result_list, busy.tolist(), now.tolist(), strict=True):
-        sim.busy_until[c] = b
-        sim.commit(c, r.state, t, state_bytes(r.state))
+        downloads = self.rows.add(
+            fired[1:],
+            _row(self.round, clients, "download", "down", "receiver", down.start, down.end),
+            bytes=down.bits // 8,
+            energy_j=self.devices["rx_power_w"][clients] * down.duration_s,
+            rate_bps=down.effective_rate_bps,
+            snr_db=down.mean_sinr_db,
+        )
+        self.sub = np.zeros(n + 1, dtype=np.int64)  # order among rows one radio event fires
+        self.sub[send], self.sub[downloads] = position[0], position[1:]
+        self.now = fired[1:].copy()  # each client's clock: its last activity's end
+        self.last = downloads.copy()  # and that activity's row
 
-    # uploads on each client's own band, from the end of its tasks
-    sends = np.array([r.upload is not None for r in result_list], dtype=bool)
-    finish = now.copy()
-    if sends.any():
-        ups = [r.upload for r in result_list]
+    def tasks(self, outcomes: list[JobResult]) -> None:
+        """The round's tasks, one after another from the download (FLOPs / device FLOP/s);
+        then commit each client's state, ready when its last task ends."""
+        sim, clients, now, last = self.sim, self.clients, self.now, self.last
+        busy = np.array([sim.busy_until[c] for c in clients.tolist()])
+        flops_per_s = self.devices["flops_per_s"][clients]
+        power_w = self.devices["power_w"][clients]
+        task_flops = [r.task_flops for r in outcomes]
+        for task in sim.tasks(self.round):
+            flops = np.fromiter((f.get(task.name, -1) for f in task_flops), np.int64, len(now))
+            ran = flops >= 0  # -1: the job did not run the task
+            if not ran.any():
+                continue
+            seconds = flops[ran] / flops_per_s[ran]
+            start = now[ran]
+            end = start + seconds
+            computed = self.rows.add(
+                end,
+                _row(self.round, clients[ran], f"compute:{task.name}", "none", "none", start, end),
+                duration_s=seconds,
+                flops=flops[ran],
+                energy_j=power_w[ran] * seconds,
+            )
+            self.links.append((computed, last[ran]))
+            now[ran], last[ran] = end, computed
+            busy[ran] = np.maximum(busy[ran], end)
+        state_bytes = by_identity(state_nbytes)  # cost-only job classes share states
+        for c, r, b, t in zip(clients.tolist(), outcomes, busy.tolist(), now.tolist(), strict=True):
+            sim.busy_until[c] = b
+            sim.commit(c, r.state, t, state_bytes(r.state))
+
+    def uploads(self, outcomes: list[JobResult], arrived: list[Upload]) -> float:
+        """Uploads on each client's own band from the end of its tasks; return the instant
+        the last client finished."""
+        sim, now = self.sim, self.now
+        sends = np.array([r.upload is not None for r in outcomes], dtype=bool)
+        finish = now.copy()
+        if not sends.any():
+            return float(finish.max())
+        senders = np.flatnonzero(sends).tolist()
+        clients = self.clients[sends]
         sizes = by_identity(payload_nbytes)
-        nbytes = np.array([sizes(ups[i]) for i in np.flatnonzero(sends).tolist()], np.int64)
-        up = sim.network.closed_form_uploads(clients[sends], nbytes, now[sends])
+        nbytes = np.array([sizes(outcomes[i].upload) for i in senders], np.int64)
+        up = sim.network.closed_form_uploads(clients, nbytes, now[sends])
         if up is None:
-            raise ConfigError("network.min_snr_db", str(PermanentOutage(clients[sends].tolist())))
+            raise ConfigError("network.min_snr_db", str(PermanentOutage(clients.tolist())))
         done = up.start + (up.end - up.start)  # the clock's time: granted + timeout
-        power = sim.network.link_constants()["tx_power_w"][clients[sends]]
-        uploaded = rows.add(
+        uploaded = self.rows.add(
             done,
-            _row(round_, clients[sends], "upload", "up", "sender", up.start, up.end),
+            _row(self.round, clients, "upload", "up", "sender", up.start, up.end),
             bytes=nbytes,
-            energy_j=power * up.duration_s,
+            energy_j=sim.network.link_constants()["tx_power_w"][clients] * up.duration_s,
             rate_bps=up.effective_rate_bps,
             snr_db=up.mean_sinr_db,
         )
-        links.append((uploaded, last[sends]))
+        self.links.append((uploaded, self.last[sends]))
         finish[sends] = done
         samples = sim.num_samples
         arrived += [
-            Upload(c, ups[i], samples[c])
-            for i, c in zip(np.flatnonzero(sends).tolist(), clients[sends].tolist(), strict=True)
+            Upload(c, outcomes[i].upload, samples[c])
+            for i, c in zip(senders, clients.tolist(), strict=True)
         ]
+        return float(finish.max())
 
-    time = np.concatenate(rows.time)
-    sub = np.concatenate([sub, np.zeros(len(time) - len(sub), dtype=np.int64)])
-    scheduled = np.concatenate([unit_time, time[n + 1 :]])
-    if np.unique(scheduled).size == scheduled.size:
-        order = np.lexsort((sub, time))  # no ties: time order
-    else:
-        order = _replay_order(time, unit_time, unit_of, timeline, links)
-    columns = rows.columns
-    # one column at a time, each column's segments freed as it is ordered
-    sim.recorder.extend({name: np.concatenate(columns.pop(name))[order] for name in EVENT_COLUMNS})
-    return float(finish.max())
+    def flush(self) -> None:
+        """Hand the rows to the recorder in the order SimPy would have processed them."""
+        rows, n = self.rows, len(self.clients)
+        time = np.concatenate(rows.time)
+        sub = np.concatenate([self.sub, np.zeros(len(time) - len(self.sub), dtype=np.int64)])
+        scheduled = np.concatenate([self.unit_time, time[n + 1 :]])
+        if np.unique(scheduled).size == scheduled.size:
+            order = np.lexsort((sub, time))  # no ties: time order
+        else:
+            order = _replay_order(time, self.unit_time, self.unit_of, self.timeline, self.links)
+        columns = rows.columns
+        # one column at a time, each column's segments freed as it is ordered
+        self.sim.recorder.extend(
+            {name: np.concatenate(columns.pop(name))[order] for name in EVENT_COLUMNS}
+        )
 
 
 def by_identity(size: Callable[[Any], int]) -> Callable[[Any], int]:
