@@ -12,7 +12,7 @@ import tempfile
 import threading
 import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -126,80 +126,83 @@ def _import_run_machinery() -> None:
 
 
 def _main(args: argparse.Namespace) -> int:
-    log = logging.getLogger("mecsim")
+    """Run the command ``args`` names; a :class:`MecsimError` is one line and exit 2."""
     try:
         if args.command in ("run", "compare"):
             _import_run_machinery()
         from mecsim.plugins import load_plugins
 
         load_plugins(args.imports)
-        if args.command == "describe":
-            from mecsim.describe import render
-
-            sys.stdout.write(render(args.kind, args.name))
-            return 0
-        if args.command == "list":
-            from mecsim.describe import registry_of
-
-            for name, description in registry_of(args.kind).describe().items():
-                sys.stdout.write(f"{name:<20} {description}\n")
-            return 0
-        if args.command == "validate":
-            from mecsim.scenario import apply_overrides, read_scenario_file, validate_scenario
-
-            data = apply_overrides(read_scenario_file(args.scenario), args.overrides)
-            scenario, problems = validate_scenario(data)
-            for problem in problems:
-                sys.stderr.write(f"error: {problem}\n")
-            if problems:
-                return 2
-            from mecsim.runner import check_run, resolve_device
-
-            resolve_device(args.device)  # cuda asked for where there is none
-            check_run(scenario, args.out)  # every check run makes before any work
-            if args.simulate:
-                from mecsim.runner import run
-
-                overrides = [*args.overrides, "execution.cost_only=true"]
-                run(args.scenario, overrides, write=False, progress=False)
-            sys.stdout.write(f"{args.scenario}: ok\n")
-            return 0
-        if args.command == "compare":
-            return _compare(args)
-        if args.command == "report":
-            return _report(args)
-        if args.command == "check":
-            return _check(args)
-        if args.command == "check-run":
-            from mecsim.invariants import check_run_dir, render
-
-            checks = check_run_dir(args.run_dir)
-            sys.stdout.write(render(checks))
-            return 0 if all(c.ok for c in checks) else 1
-        from mecsim.runner import run
-
-        result = run(
-            args.scenario,
-            args.overrides,
-            out=args.out,
-            device=args.device,
-            progress=False if args.no_progress else None,
-            resume=args.resume,
-        )
-        s = result.summary
-        log.info(
-            "done: %d rounds, simulated %.2f s, wall %.2f s, generic acc %.4f, personalized acc %.4f -> %s",
-            s["rounds"],
-            s["sim_time_s"],
-            s["wall_time_s"],
-            s["final_generic_acc"],
-            s["final_personal_acc"],
-            result.run_dir,
-        )
-        return 0
+        return COMMANDS[args.command](args)
     except MecsimError as error:
         sys.stderr.write(f"error: {error}\n")
         return 2
+
+
+def _describe(args: argparse.Namespace) -> int:
+    from mecsim.describe import render
+
+    sys.stdout.write(render(args.kind, args.name))
+    return 0
+
+
+def _list(args: argparse.Namespace) -> int:
+    from mecsim.describe import registry_of
+
+    for name, description in registry_of(args.kind).describe().items():
+        sys.stdout.write(f"{name:<20} {description}\n")
+    return 0
+
+
+def _validate(args: argparse.Namespace) -> int:
+    from mecsim.runner import check_run, resolve_device, run
+    from mecsim.scenario import apply_overrides, read_scenario_file, validate_scenario
+
+    data = apply_overrides(read_scenario_file(args.scenario), args.overrides)
+    scenario, problems = validate_scenario(data)
+    for problem in problems:
+        sys.stderr.write(f"error: {problem}\n")
+    if problems:
+        return 2
+    resolve_device(args.device)  # cuda asked for where there is none
+    check_run(scenario, args.out)  # every check run makes before any work
+    if args.simulate:
+        overrides = [*args.overrides, "execution.cost_only=true"]
+        run(args.scenario, overrides, write=False, progress=False)
+    sys.stdout.write(f"{args.scenario}: ok\n")
+    return 0
+
+
+def _check_run(args: argparse.Namespace) -> int:
+    from mecsim.invariants import check_run_dir, render
+
+    checks = check_run_dir(args.run_dir)
+    sys.stdout.write(render(checks))
+    return 0 if all(c.ok for c in checks) else 1
+
+
+def _run(args: argparse.Namespace) -> int:
+    from mecsim.runner import run
+
+    result = run(
+        args.scenario,
+        args.overrides,
+        out=args.out,
+        device=args.device,
+        progress=False if args.no_progress else None,
+        resume=args.resume,
+    )
+    s = result.summary
+    logging.getLogger("mecsim").info(
+        "done: %d rounds, simulated %.2f s, wall %.2f s, generic acc %.4f, personalized acc %.4f -> %s",
+        s["rounds"],
+        s["sim_time_s"],
+        s["wall_time_s"],
+        s["final_generic_acc"],
+        s["final_personal_acc"],
+        result.run_dir,
+    )
+    return 0
 
 
 def _check(args: argparse.Namespace) -> int:
@@ -376,3 +379,16 @@ def entry() -> None:
 
 if __name__ == "__main__":
     entry()
+
+
+COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "run": _run,
+    "validate": _validate,
+    "compare": _compare,
+    "report": _report,
+    "check-run": _check_run,
+    "check": _check,
+    "describe": _describe,
+    "list": _list,
+}
+"""Each command's function: it returns the exit code."""

@@ -280,12 +280,8 @@ def class_problems(cls: type, settings: list[str]) -> list[str]:
 
 def check_protocol(name: str, kind: str) -> list[Outcome]:
     """Every check of algorithm ``name`` under protocol ``kind``."""
-    import numpy as np
-    import pandas as pd
-
     import mecsim
     from mecsim.algorithms import ALGORITHMS
-    from mecsim.errors import MecsimError
 
     cls = ALGORITHMS.get(name)
     settings = overrides(name, kind)
@@ -297,48 +293,7 @@ def check_protocol(name: str, kind: str) -> list[Outcome]:
     with recorded(cls, "upload", uploads), recorded(cls, "downlink", downlinks), watch_mix:
         serial = mecsim.run(copy.deepcopy(TINY), settings, executor="serial", write=False)
     batched = mecsim.run(copy.deepcopy(TINY), settings, executor="batched", write=False)
-    events = serial.events
 
-    sizes = Outcome(kind, "bytes")
-    up = events[events["phase"] == "upload"]
-    sent = {(r, c, b) for r, c, b in uploads}
-    for (job, client), nbytes in up.set_index(["job", "client"])["bytes"].items():
-        if (job, client, nbytes) not in sent:
-            sizes.problems.append(f"upload of client {client}, job {job}: {nbytes} B sent")
-    if kind not in ("fedasync", "fedbuff") and sorted(up["bytes"]) != sorted(
-        b for _, _, b in uploads
-    ):  # asynchronous runs end with uploads still in flight
-        sizes.problems.append("the uploads' bytes are not the payloads the algorithm returned")
-    down = set(events.loc[events["phase"] == "download", "bytes"])
-    if not down <= {b for _, _, b in downlinks}:
-        sizes.problems.append(f"download bytes {sorted(down)} match no downlink payload")
-
-    work = Outcome(kind, "flops")
-    compute = events[events["phase"].str.startswith("compute:")]
-    if compute.empty or not (compute["flops"] > 0).all():
-        work.problems.append("a compute row has no FLOPs (or the run computed nothing)")
-
-    same = Outcome(kind, "executors")
-    try:
-        pd.testing.assert_frame_equal(serial.events, batched.events)
-    except AssertionError as error:
-        same.problems.append(f"serial and batched events differ: {str(error).splitlines()[0]}")
-    for column in ("generic_acc", "personal_acc"):
-        a, b = serial.rounds[column].to_numpy(), batched.rounds[column].to_numpy()
-        if not np.allclose(a, b, atol=0.05, equal_nan=True):
-            same.problems.append(f"{column}: serial {a.round(3)}, batched {b.round(3)}")
-
-    cost = Outcome(kind, "cost-only")
-    if cls.payload_from_training:
-        cost.skipped = "refused: its payload depends on training"
-    else:
-        try:
-            dry = mecsim.run(
-                copy.deepcopy(TINY), [*settings, "execution.cost_only=true"], write=False
-            )
-            pd.testing.assert_frame_equal(serial.events, dry.events)
-        except (AssertionError, MecsimError) as error:
-            cost.problems.append(f"cost-only differs: {str(error).splitlines()[0]}")
     classes = Outcome(kind, "classes")
     if not cls.client_blind_costs or cls.payload_from_training:
         classes.skipped = "runs every job (the algorithm does not declare client_blind_costs)"
@@ -361,7 +316,79 @@ def check_protocol(name: str, kind: str) -> list[Outcome]:
         resumed.skipped = f"checked under {first}"
     else:
         resumed.problems += resume_problems(settings)
-    return [sizes, work, same, cost, classes, mixing, resumed]
+    return [
+        bytes_outcome(kind, serial.events, uploads, downlinks),
+        flops_outcome(kind, serial.events),
+        executors_outcome(kind, serial, batched),
+        cost_only_outcome(kind, cls, settings, serial.events),
+        classes,
+        mixing,
+        resumed,
+    ]
+
+
+def bytes_outcome(kind: str, events: Any, uploads: list, downlinks: list) -> Outcome:
+    """Every upload's and download's bytes are a payload the algorithm returned."""
+    sizes = Outcome(kind, "bytes")
+    up = events[events["phase"] == "upload"]
+    sent = {(r, c, b) for r, c, b in uploads}
+    for (job, client), nbytes in up.set_index(["job", "client"])["bytes"].items():
+        if (job, client, nbytes) not in sent:
+            sizes.problems.append(f"upload of client {client}, job {job}: {nbytes} B sent")
+    if kind not in ("fedasync", "fedbuff") and sorted(up["bytes"]) != sorted(
+        b for _, _, b in uploads
+    ):  # asynchronous runs end with uploads still in flight
+        sizes.problems.append("the uploads' bytes are not the payloads the algorithm returned")
+    down = set(events.loc[events["phase"] == "download", "bytes"])
+    if not down <= {b for _, _, b in downlinks}:
+        sizes.problems.append(f"download bytes {sorted(down)} match no downlink payload")
+    return sizes
+
+
+def flops_outcome(kind: str, events: Any) -> Outcome:
+    """Every ``compute:`` row has positive FLOPs."""
+    work = Outcome(kind, "flops")
+    compute = events[events["phase"].str.startswith("compute:")]
+    if compute.empty or not (compute["flops"] > 0).all():
+        work.problems.append("a compute row has no FLOPs (or the run computed nothing)")
+    return work
+
+
+def executors_outcome(kind: str, serial: Any, batched: Any) -> Outcome:
+    """Serial and batched: the same events table, accuracies within 0.05."""
+    import numpy as np
+    import pandas as pd
+
+    same = Outcome(kind, "executors")
+    try:
+        pd.testing.assert_frame_equal(serial.events, batched.events)
+    except AssertionError as error:
+        same.problems.append(f"serial and batched events differ: {str(error).splitlines()[0]}")
+    for column in ("generic_acc", "personal_acc"):
+        a, b = serial.rounds[column].to_numpy(), batched.rounds[column].to_numpy()
+        if not np.allclose(a, b, atol=0.05, equal_nan=True):
+            same.problems.append(f"{column}: serial {a.round(3)}, batched {b.round(3)}")
+    return same
+
+
+def cost_only_outcome(kind: str, cls: type, settings: list[str], events: Any) -> Outcome:
+    """A cost-only run has the serial run's events table (or is refused, when what a
+    client sends depends on training)."""
+    import pandas as pd
+
+    import mecsim
+    from mecsim.errors import MecsimError
+
+    cost = Outcome(kind, "cost-only")
+    if cls.payload_from_training:
+        cost.skipped = "refused: its payload depends on training"
+        return cost
+    try:
+        dry = mecsim.run(copy.deepcopy(TINY), [*settings, "execution.cost_only=true"], write=False)
+        pd.testing.assert_frame_equal(events, dry.events)
+    except (AssertionError, MecsimError) as error:
+        cost.problems.append(f"cost-only differs: {str(error).splitlines()[0]}")
+    return cost
 
 
 def check_algorithm(name: str, progress: Callable[[str], None] | None = None) -> list[Outcome]:

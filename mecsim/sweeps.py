@@ -24,7 +24,7 @@ import os
 import re
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from multiprocessing import get_context
@@ -388,6 +388,20 @@ def run_sweep(
             _run_point(plan.data[index], str(plan.dirs[index]), dict(options))
             report(index)
         return plan.dirs
+    _run_in_processes(plan, todo, jobs, imports, options, report)
+    return plan.dirs
+
+
+def _run_in_processes(
+    plan: SweepPlan,
+    todo: list[int],
+    jobs: int,
+    imports: Sequence[str],
+    options: dict[str, Any],
+    report: Callable[[int], None],
+) -> None:
+    """Run the points ``todo`` in ``jobs`` spawned processes; the first failure stops the
+    sweep (the points not started are cancelled)."""
     threads = max(1, (os.cpu_count() or 1) // jobs)
     with ProcessPoolExecutor(
         max_workers=jobs,
@@ -410,4 +424,3 @@ def run_sweep(
             for future in pending:
                 future.cancel()
             raise
-    return plan.dirs
