@@ -270,55 +270,18 @@ def _targets(text: str) -> list[float]:
 
 
 def _compare(args: argparse.Namespace) -> int:
-    from mecsim.comparison import check_figures, compare
-    from mecsim.errors import ConfigError
+    from mecsim.comparison import compare
     from mecsim.output import check_target
 
     runs = [Path(r) for r in args.runs]
     out = Path(args.out)
     figures = _figures(args)
     targets = _targets(args.targets) if args.targets else None
-    if "=" not in args.baseline:
-        raise ConfigError(
-            "--baseline", f"{args.baseline!r}: give KEY=VALUE, e.g. protocol.kind=compute_and_wait"
-        )
-    if not args.scenario and (args.sweep or args.seeds or args.zip or args.resume):
-        raise ConfigError("--sweep", "sweeps, --seeds, --zip and --resume need --scenario")
-    if not args.scenario and args.ray is not None:
-        raise ConfigError("--ray", "--ray runs a sweep's points: give --scenario")
-    cluster = _ray_cluster(args)
-    if not runs and not args.scenario:
-        raise ConfigError("runs", "give run directories or --scenario to compare")
+    cluster = _check_compare_options(args, runs)
     check_target(out / "comparison", overwrite=args.resume)
     if args.scenario:
-        from mecsim.analysis.compare import comparison_columns, flatten
-        from mecsim.api import sweep_plan
-        from mecsim.sweeps import parse_sweep, run_sweep
-
-        given = dict(parse_sweep(item) for item in args.sweep)
-        plan, base, sweep = sweep_plan(
-            args.scenario,
-            given,
-            out,
-            overrides=args.overrides,
-            seeds=args.seeds or (),
-            zip_axes=args.zip,
-            resume=args.resume,
-        )
-        targets = targets or base.compare.targets
-        check_figures(
-            figures,
-            comparison_columns(targets),
-            sorted(set(flatten(base.model_dump(mode="json"))) | set(sweep) | {"seed"}),
-        )
-        runs += run_sweep(
-            plan,
-            jobs=args.jobs,
-            resume=args.resume,
-            imports=args.imports,
-            device=args.device,
-            ray=cluster,
-        )
+        swept, targets = _run_compare_sweep(args, out, figures, targets, cluster)
+        runs += swept
     table = compare(
         runs,
         targets or [0.4, 0.8],
@@ -334,6 +297,59 @@ def _compare(args: argparse.Namespace) -> int:
         table[columns].to_string(index=False, float_format=lambda v: f"{v:.2f}") + "\n"
     )
     return 0
+
+
+def _check_compare_options(args: argparse.Namespace, runs: list[Path]):
+    """Refuse contradictory ``compare`` options; return the Ray cluster ``--ray`` names."""
+    from mecsim.errors import ConfigError
+
+    if "=" not in args.baseline:
+        raise ConfigError(
+            "--baseline", f"{args.baseline!r}: give KEY=VALUE, e.g. protocol.kind=compute_and_wait"
+        )
+    if not args.scenario and (args.sweep or args.seeds or args.zip or args.resume):
+        raise ConfigError("--sweep", "sweeps, --seeds, --zip and --resume need --scenario")
+    if not args.scenario and args.ray is not None:
+        raise ConfigError("--ray", "--ray runs a sweep's points: give --scenario")
+    cluster = _ray_cluster(args)
+    if not runs and not args.scenario:
+        raise ConfigError("runs", "give run directories or --scenario to compare")
+    return cluster
+
+
+def _run_compare_sweep(args, out: Path, figures, targets, cluster) -> tuple[list[Path], Any]:
+    """Plan and check the scenario's sweep (figures included), then run it; return its run
+    directories and the accuracy targets (the scenario's unless given)."""
+    from mecsim.analysis.compare import comparison_columns, flatten
+    from mecsim.api import sweep_plan
+    from mecsim.comparison import check_figures
+    from mecsim.sweeps import parse_sweep, run_sweep
+
+    given = dict(parse_sweep(item) for item in args.sweep)
+    plan, base, sweep = sweep_plan(
+        args.scenario,
+        given,
+        out,
+        overrides=args.overrides,
+        seeds=args.seeds or (),
+        zip_axes=args.zip,
+        resume=args.resume,
+    )
+    targets = targets or base.compare.targets
+    check_figures(
+        figures,
+        comparison_columns(targets),
+        sorted(set(flatten(base.model_dump(mode="json"))) | set(sweep) | {"seed"}),
+    )
+    swept = run_sweep(
+        plan,
+        jobs=args.jobs,
+        resume=args.resume,
+        imports=args.imports,
+        device=args.device,
+        ray=cluster,
+    )
+    return swept, targets
 
 
 def _ray_cluster(args: argparse.Namespace):
