@@ -21,7 +21,7 @@ from mecsim.algorithms import ALGORITHMS
 from mecsim.client_table import out_of_range, range_text, read_client_table
 from mecsim.data import build_client_data, dataset_shape, load_dataset
 from mecsim.data.datasets import Dataset
-from mecsim.data.federated import hold_out_public
+from mecsim.data.federated import ClientSplits, hold_out_public
 from mecsim.data.partition import proportional_counts
 from mecsim.devices import DEVICES
 from mecsim.distributions import sample_attribute
@@ -34,7 +34,7 @@ from mecsim.models import build_model, forward_flops_per_sample
 from mecsim.models.catalog import Architecture, ModelCatalog
 from mecsim.network import ClientProfile, Network
 from mecsim.rng import derive_seed, numpy_rng
-from mecsim.scenario import Scenario
+from mecsim.scenario import DataConfig, Scenario
 from mecsim.state import payload_nbytes
 from mecsim.training import ModelFunction
 
@@ -140,30 +140,9 @@ def build_data(sc: Scenario, device: torch.device) -> FederatedData:
     if sc.data.public_dataset is not None and sc.data.public_size > 0:
         source = load(sc.data.public_dataset)  # same shape: checked with the scenario
     dataset, x_public, y_public = hold_out_public(dataset, sc.data.public_size, sc.seed, source)
-    clients = build_client_data(
-        dataset,
-        partition=sc.data.partition,
-        num_clients=sc.clients.count,
-        seed=sc.seed,
-        alpha=sc.data.alpha,
-        classes_per_client=sc.data.classes_per_client,
-        quantity_skew=sc.data.quantity_skew,
-        lognormal_sigma=sc.data.lognormal_sigma,
-        min_samples=sc.data.min_samples,
-        val_fraction=sc.data.val_fraction,
-        local_test_fraction=sc.data.local_test_fraction,
-        local_split=sc.data.local_split,
-        train_share_choices=tuple(sc.data.train_share_choices),
-        own_test_share=sc.data.own_test_share,
-    )
+    clients = partition_clients(dataset, sc.data, sc.clients.count, sc.seed)
     dataset = dataset.to(device)
-    x_test, y_test, tests = dataset.x_test, dataset.y_test, [c.test for c in clients]
-    if clients.tests_from_train:  # local tests from the clients' own data follow the test set
-        own = torch.cat(tests)
-        x_test = torch.cat([x_test, dataset.x_train[own.to(device)]])
-        y_test = torch.cat([y_test, dataset.y_train[own.to(device)]])
-        starts = np.cumsum([len(dataset.y_test), *[len(t) for t in tests[:-1]]])
-        tests = [int(s) + torch.arange(len(t)) for s, t in zip(starts, tests, strict=True)]
+    x_test, y_test, tests = local_tests(dataset, clients, device)
     return FederatedData(
         dataset.input_shape,
         dataset.num_classes,
@@ -179,6 +158,41 @@ def build_data(sc: Scenario, device: torch.device) -> FederatedData:
         clients.redraws,
         len(dataset.y_test),
     )
+
+
+def partition_clients(dataset: Dataset, data: DataConfig, count: int, seed: int) -> ClientSplits:
+    """Split ``dataset``'s training samples among ``count`` clients as ``[data]`` says."""
+    return build_client_data(
+        dataset,
+        partition=data.partition,
+        num_clients=count,
+        seed=seed,
+        alpha=data.alpha,
+        classes_per_client=data.classes_per_client,
+        quantity_skew=data.quantity_skew,
+        lognormal_sigma=data.lognormal_sigma,
+        min_samples=data.min_samples,
+        val_fraction=data.val_fraction,
+        local_test_fraction=data.local_test_fraction,
+        local_split=data.local_split,
+        train_share_choices=tuple(data.train_share_choices),
+        own_test_share=data.own_test_share,
+    )
+
+
+def local_tests(
+    dataset: Dataset, clients: ClientSplits, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:
+    """The test inputs and labels, and each client's indices into them; local tests drawn
+    from the clients' own data follow the global test set."""
+    x_test, y_test, tests = dataset.x_test, dataset.y_test, [c.test for c in clients]
+    if clients.tests_from_train:
+        own = torch.cat(tests)
+        x_test = torch.cat([x_test, dataset.x_train[own.to(device)]])
+        y_test = torch.cat([y_test, dataset.y_train[own.to(device)]])
+        starts = np.cumsum([len(dataset.y_test), *[len(t) for t in tests[:-1]]])
+        tests = [int(s) + torch.arange(len(t)) for s, t in zip(starts, tests, strict=True)]
+    return x_test, y_test, tests
 
 
 def sample_counts(sc: Scenario) -> np.ndarray:
