@@ -98,14 +98,7 @@ def build_client_data(
     dataset that has a ``natural_test_partition`` (``synthetic``), each client's
     own test samples are used.
     """
-    if quantity_skew == "none":
-        weights = None
-    elif quantity_skew == "lognormal":
-        weights = lognormal_weights(num_clients, numpy_rng(seed, "quantity"), sigma=lognormal_sigma)
-    else:
-        raise ConfigError(
-            "data.quantity_skew", f"must be 'none' or 'lognormal', got {quantity_skew!r}"
-        )
+    weights = _quantity_weights(quantity_skew, num_clients, seed, lognormal_sigma)
     if not 0.0 <= val_fraction < 1.0:
         raise ConfigError("data.val_fraction", f"must lie in [0, 1), got {val_fraction}")
     if local_test_fraction <= 0:
@@ -129,13 +122,7 @@ def build_client_data(
     natural_test = dataset.natural_test_partition if partition == "natural" else None
     y_train = dataset.y_train.cpu().numpy()
 
-    trains, vals = [], []
-    for client, indices in enumerate(parts):
-        rng = numpy_rng(seed, "local-split", client)
-        shuffled = rng.permutation(indices)
-        n_val = min(int(round(val_fraction * len(shuffled))), len(shuffled) - 1)
-        vals.append(np.sort(shuffled[:n_val]))
-        trains.append(np.sort(shuffled[n_val:]))
+    trains, vals = _validation_splits(parts, seed, val_fraction)
     if natural_test is not None:
         tests = [np.asarray(natural_test[c]) for c in range(num_clients)]
     else:
@@ -151,6 +138,32 @@ def build_client_data(
     )
     clients.redraws = parts.redraws
     return clients
+
+
+def _quantity_weights(
+    quantity_skew: str, num_clients: int, seed: int, sigma: float
+) -> np.ndarray | None:
+    """Relative client sizes: None (no skew) or lognormal(0, ``sigma``) draws."""
+    if quantity_skew == "none":
+        return None
+    if quantity_skew == "lognormal":
+        return lognormal_weights(num_clients, numpy_rng(seed, "quantity"), sigma=sigma)
+    raise ConfigError("data.quantity_skew", f"must be 'none' or 'lognormal', got {quantity_skew!r}")
+
+
+def _validation_splits(
+    parts: Parts, seed: int, val_fraction: float
+) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Each client's partition, shuffled by its own stream, cut into (train, validation)
+    index sets; a client keeps at least one training sample."""
+    trains, vals = [], []
+    for client, indices in enumerate(parts):
+        rng = numpy_rng(seed, "local-split", client)
+        shuffled = rng.permutation(indices)
+        n_val = min(int(round(val_fraction * len(shuffled))), len(shuffled) - 1)
+        vals.append(np.sort(shuffled[:n_val]))
+        trains.append(np.sort(shuffled[n_val:]))
+    return trains, vals
 
 
 def _own_data_splits(
