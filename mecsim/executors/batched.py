@@ -69,21 +69,10 @@ def train_batched(
     primary = next(iter(splits[0]))
     steps_of = [schedule.num_steps(len(s[primary].indices)) for s in splits]
     rank = sorted(range(len(starts)), key=lambda i: -steps_of[i])  # longest first (stable)
-    orders = [step_batches(splits[i], steps_of[i]) for i in rank]
-    for name in orders[0]:
-        sizes = {o[name].shape[1] for o in orders}
-        if len(sizes) != 1:
-            raise ValueError(f"train_batched needs one batch size per group, got {sorted(sizes)}")
     steps = [steps_of[i] for i in rank]  # non-increasing
     total = steps[0]
-    # per split: [total, k, b] sample indices; a finished client's rows are never read
-    batches = {
-        name: torch.stack(
-            [torch.cat([o[name], o[name][-1:].expand(total - len(o[name]), -1)]) for o in orders],
-            dim=1,
-        )
-        for name in orders[0]
-    }
+    batches = _lockstep_batches([step_batches(splits[i], steps_of[i]) for i in rank], total)
+    size = batches[primary].shape[2]
     trainable = schedule.trainable
     params = stack([starts[i].params for i in rank])
     names = [n for n in params if trainable is None or n in trainable]
@@ -132,11 +121,28 @@ def train_batched(
     for position in reversed(range(active)):
         finished.append(_state_at(position, learn, frozen, buffers, params))
     finished.reverse()
-    size = orders[0][primary].shape[1]
     results: list[TrainResult | None] = [None] * len(rank)
     for position, client in enumerate(rank):
         results[client] = TrainResult(finished[position], steps[position], steps[position] * size)
     return results  # type: ignore[return-value]
+
+
+def _lockstep_batches(orders: list[TensorDict], total: int) -> TensorDict:
+    """Per split, the clients' batch orders stacked as [total, k, b] sample indices (a
+    client's last batch repeated past its end: those rows are never read); every client
+    must have the same b per split."""
+    for name in orders[0]:
+        sizes = {o[name].shape[1] for o in orders}
+        if len(sizes) != 1:
+            raise ValueError(f"train_batched needs one batch size per group, got {sorted(sizes)}")
+    batches = {
+        name: torch.stack(
+            [torch.cat([o[name], o[name][-1:].expand(total - len(o[name]), -1)]) for o in orders],
+            dim=1,
+        )
+        for name in orders[0]
+    }
+    return batches
 
 
 def _state_at(
