@@ -147,6 +147,12 @@ def _check_names(scenario: Scenario) -> list[Problem]:
         problems.append(
             Problem("clients.num_samples", "only used with execution.cost_only = true; remove it")
         )
+    return problems + _check_protocol(scenario)
+
+
+def _check_protocol(scenario: Scenario) -> list[Problem]:
+    """Protocol settings that depend on the number of clients."""
+    problems = []
     protocol = scenario.protocol
     partial = protocol.participation < 1 or (
         protocol.clients_per_round is not None
@@ -242,6 +248,14 @@ def _check_algorithm(scenario: Scenario) -> list[Problem]:
                 f"one local round: set protocol.rounds = {rounds}",
             )
         )
+    return problems + _check_algorithm_data(scenario, algorithm)
+
+
+def _check_algorithm_data(scenario: Scenario, algorithm: type) -> list[Problem]:
+    """What the algorithm needs of the data and the run: clients left to train, a
+    validation split, training (when what it sends depends on it), public data."""
+    name = scenario.algorithm.name
+    problems = []
     held_out = scenario.evaluation.new_clients
     if held_out and held_out >= scenario.clients.count:
         problems.append(
