@@ -34,7 +34,7 @@ from mecsim.models import build_model, forward_flops_per_sample
 from mecsim.models.catalog import Architecture, ModelCatalog
 from mecsim.network import ClientProfile, Network
 from mecsim.rng import derive_seed, numpy_rng
-from mecsim.scenario import DataConfig, Scenario
+from mecsim.scenario import ClientsConfig, DataConfig, ModelConfig, Scenario
 from mecsim.state import payload_nbytes
 from mecsim.training import ModelFunction
 
@@ -44,9 +44,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def build_clients(scenario: Scenario) -> list[ClientProfile]:
-    """Sample each client's radio and device from the scenario's attribute streams."""
-    cfg, n, seed = scenario.clients, scenario.clients.count, scenario.seed
+def build_clients(cfg: ClientsConfig, seed: int) -> list[ClientProfile]:
+    """Sample each client's radio and device from the ``[clients]`` attribute streams."""
+    n = cfg.count
     table = read_client_table(cfg.table) if cfg.table is not None else {}
 
     def attribute(key: str) -> np.ndarray:  # the table's column, else the scenario's draws
@@ -122,7 +122,7 @@ def build_data(sc: Scenario, device: torch.device) -> FederatedData:
         sc.clients.table
     )
     if sc.execution.cost_only and (sc.clients.num_samples is not None or table_counts):
-        return _sample_counts_only(sc)
+        return _sample_counts_only(sc.data, sc.clients, sc.seed)
 
     def load(name: str) -> Dataset:
         return load_dataset(
@@ -195,13 +195,13 @@ def local_tests(
     return x_test, y_test, tests
 
 
-def sample_counts(sc: Scenario) -> np.ndarray:
+def sample_counts(clients: ClientsConfig, seed: int) -> np.ndarray:
     """Cost-only per-client training sample counts (``clients.num_samples``), checked."""
-    table = read_client_table(sc.clients.table) if sc.clients.table is not None else None
+    table = read_client_table(clients.table) if clients.table is not None else None
     if table is not None and "num_samples" in table:
         return table["num_samples"].to_numpy().astype(np.int64)  # checked on reading
     counts = sample_attribute(
-        sc.clients.num_samples, numpy_rng(sc.seed, "clients", "num_samples"), sc.clients.count
+        clients.num_samples, numpy_rng(seed, "clients", "num_samples"), clients.count
     )
     counts = np.asarray(counts, dtype=float)
     bad = out_of_range("num_samples", counts)
@@ -214,10 +214,10 @@ def sample_counts(sc: Scenario) -> np.ndarray:
     return counts.astype(np.int64)
 
 
-def _sample_counts_only(sc: Scenario) -> FederatedData:
+def _sample_counts_only(data: DataConfig, clients: ClientsConfig, seed: int) -> FederatedData:
     """Cost-only data: per-client sample counts from ``clients.num_samples``, no tensors."""
-    shape, classes = dataset_shape(sc.data.dataset)
-    counts = sample_counts(sc)
+    shape, classes = dataset_shape(data.dataset)
+    counts = sample_counts(clients, seed)
     meta = torch.device("meta")
     empty = torch.empty(0, dtype=torch.long, device=meta)
     by_count = {  # clients with equal counts share one index tensor (shape only, no values)
@@ -231,28 +231,30 @@ def _sample_counts_only(sc: Scenario) -> FederatedData:
         torch.empty(0, *shape),
         torch.empty(0, dtype=torch.long),
         [by_count[n] for n in counts.tolist()],
-        [empty] * sc.clients.count,
-        [empty] * sc.clients.count,
-        torch.empty(sc.data.public_size, *shape, device=meta),
-        torch.empty(sc.data.public_size, dtype=torch.long, device=meta),
+        [empty] * clients.count,
+        [empty] * clients.count,
+        torch.empty(data.public_size, *shape, device=meta),
+        torch.empty(data.public_size, dtype=torch.long, device=meta),
     )
 
 
-def assign_architectures(sc: Scenario, num_train: list[int], sizes: dict[str, int]) -> list[str]:
+def assign_architectures(
+    model: ModelConfig, seed: int, num_train: list[int], sizes: dict[str, int]
+) -> list[str]:
     """Each client's architecture name (``model.name`` and ``model.assign``).
 
     ``random`` draws from the choice per client (stream ``("clients", "model")``);
     ``data_size`` splits clients in the choice's proportions and gives the
     architectures with more parameters to the clients with more training data.
     """
-    names = sc.model.names
-    n = sc.clients.count
+    names = model.names
+    n = len(num_train)
     if len(names) == 1:
         return names * n
-    if sc.model.assign == "random":
-        drawn = sample_attribute(sc.model.name, numpy_rng(sc.seed, "clients", "model"), n)
+    if model.assign == "random":
+        drawn = sample_attribute(model.name, numpy_rng(seed, "clients", "model"), n)
         return [str(v) for v in drawn]
-    choice = sc.model.name
+    choice = model.name
     values = [str(v) for v in choice.values]
     weights = np.ones(len(values)) if choice.weights is None else np.asarray(choice.weights)
     counts = proportional_counts(n, weights)
@@ -268,27 +270,32 @@ def assign_architectures(sc: Scenario, num_train: list[int], sizes: dict[str, in
 
 
 def build_models(
-    sc: Scenario, data: FederatedData, device: torch.device, num_train: list[int]
+    model: ModelConfig,
+    seed: int,
+    data: FederatedData,
+    device: torch.device | str,
+    num_train: list[int],
 ) -> tuple[ModelCatalog, dict[str, int]]:
-    """Every architecture of the run (same init seed each), per-sample FLOPs, and assignment."""
+    """Every architecture of the run (same init seed each, on ``device``: ``meta`` in
+    cost-only runs), per-sample FLOPs, and each client's architecture."""
     modules = {
         name: build_model(
             name,
             input_shape=data.input_shape,
             num_classes=data.num_classes,
-            seed=derive_seed(sc.seed, "init"),
+            seed=derive_seed(seed, "init"),
         )
-        for name in sc.model.names
+        for name in model.names
     }
     per_sample = {
         name: forward_flops_per_sample(module, data.input_shape) for name, module in modules.items()
     }
     for module in modules.values():
-        module.to("meta" if sc.execution.cost_only else device)
+        module.to(device)
     architectures = {name: Architecture.of(name, module) for name, module in modules.items()}
     sizes = {name: arch.num_params() for name, arch in architectures.items()}
-    assigned = assign_architectures(sc, num_train, sizes)
-    return ModelCatalog(architectures, tuple(assigned), sc.model.names[0]), per_sample
+    assigned = assign_architectures(model, seed, num_train, sizes)
+    return ModelCatalog(architectures, tuple(assigned), model.names[0]), per_sample
 
 
 @dataclass
@@ -321,12 +328,14 @@ def build_world(sc: Scenario, torch_device: torch.device) -> World:
     """Build clients, links, data, partition, models and algorithm; every check that can
     refuse a scenario runs here, before any work (``validate`` calls this too)."""
     cost_only = sc.execution.cost_only
-    clients = build_clients(sc)
+    clients = build_clients(sc.clients, sc.seed)
     network = Network(sc.network, clients, sc.seed)  # checks the links
     faults = Faults(sc.faults, len(clients), sc.seed)  # reads and checks the trace
     data = build_data(sc, torch_device)
     num_train = [i.shape[0] for i in data.train]
-    models, per_sample = build_models(sc, data, torch_device, num_train)
+    models, per_sample = build_models(
+        sc.model, sc.seed, data, "meta" if cost_only else torch_device, num_train
+    )
     model_nbytes = {
         name: payload_nbytes(arch.initial.to_payload())
         for name, arch in models.architectures.items()
