@@ -7,10 +7,7 @@ FLOPs over the device's FLOP/s, cut short where a fault takes the client away.
 
 from __future__ import annotations
 
-from collections.abc import Generator, Sequence
-from typing import TYPE_CHECKING, Any
-
-import simpy
+from collections.abc import Sequence
 
 from mecsim.algorithms.base import (
     Task,
@@ -21,16 +18,8 @@ from mecsim.cost import compute_cost
 from mecsim.executors import ClientJob, JobResult
 from mecsim.executors.base import job_context, step_flops
 from mecsim.faults import Drop
+from mecsim.process import Process
 from mecsim.state import Payload
-
-if TYPE_CHECKING:
-    pass
-
-
-if TYPE_CHECKING:
-    from mecsim.simulation import Simulation  # noqa: F401
-
-Process = Generator[simpy.Event, Any, Any]
 
 
 class Computing:

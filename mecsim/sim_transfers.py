@@ -7,26 +7,13 @@ process generator a protocol composes, timed by :class:`~mecsim.network.Network`
 
 from __future__ import annotations
 
-from collections.abc import Generator
-from typing import TYPE_CHECKING, Any
-
-import simpy
-
 from mecsim.algorithms.base import (
     SERVER,
 )
 from mecsim.channels.sharing import Reception, Transmission
+from mecsim.process import Process
 from mecsim.radio import Delivery
 from mecsim.state import Payload, payload_nbytes
-
-if TYPE_CHECKING:
-    pass
-
-
-if TYPE_CHECKING:
-    from mecsim.simulation import Simulation  # noqa: F401
-
-Process = Generator[simpy.Event, Any, Any]
 
 
 class Transfers:

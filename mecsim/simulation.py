@@ -15,7 +15,7 @@ import gc
 import logging
 import math
 import time
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -39,6 +39,7 @@ from mecsim.executors import ClientJob, Executor, JobResult, TrainingContext
 from mecsim.faults import Faults
 from mecsim.network import ClientProfile, Network
 from mecsim.newcomers import welcome
+from mecsim.process import Process
 from mecsim.recorder import Recorder
 from mecsim.rng import numpy_rng
 from mecsim.sim_compute import Computing
@@ -49,7 +50,6 @@ if TYPE_CHECKING:
     from mecsim.checkpoint import Checkpointer
     from mecsim.protocols.settings import ProtocolSettings
 
-Process = Generator[simpy.Event, Any, Any]
 
 log = logging.getLogger(__name__)
 

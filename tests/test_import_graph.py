@@ -20,7 +20,7 @@ FLOORS: list[tuple[str, ...]] = [
     (
         "mecsim.errors", "mecsim.rng", "mecsim.registry", "mecsim.config", "mecsim.state",
         "mecsim.devices", "mecsim.distributions", "mecsim.threads", "mecsim.plugins",
-        "mecsim.client_table", "mecsim.gc_pause", "mecsim.interrupts",
+        "mecsim.client_table", "mecsim.gc_pause", "mecsim.interrupts", "mecsim.process",
     ),
     # 1: models, data, the physical layer, the trainer and the FLOP meter
     ("mecsim.models", "mecsim.data", "mecsim.channels", "mecsim.training", "mecsim.cost"),
