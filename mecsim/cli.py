@@ -38,6 +38,20 @@ def _on_sigint(signum, frame) -> None:
     raise interrupts.request(Interrupted())
 
 
+def _quiet_swallowed_stop(previous: Callable[[Any], None]) -> Callable[[Any], None]:
+    """A ``sys.unraisablehook`` that stays silent about a signal's stop raised inside a
+    weakref callback or ``__del__`` (Python would print a traceback and drop it): the run
+    raises it at its next round end (:mod:`mecsim.interrupts`). Anything else goes to
+    ``previous``."""
+
+    def hook(unraisable: Any) -> None:
+        if isinstance(unraisable.exc_value, (Interrupted, Terminated)):
+            return
+        previous(unraisable)
+
+    return hook
+
+
 def _plugin_failed(error: BaseException) -> int | None:
     """If ``error`` came from a plug-in's code, say so in one line (the traceback saved to
     a file) and return exit code 2; None when no plug-in frame raised it."""
@@ -79,6 +93,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             previous[number] = signal.signal(number, handler)
         except ValueError:  # not the main thread: leave signals alone
             break
+    unraisable_hook = sys.unraisablehook
+    if previous:
+        sys.unraisablehook = _quiet_swallowed_stop(unraisable_hook)
     try:
         return _main(args)
     except BrokenPipeError:  # output piped into a reader that stopped early (| head)
@@ -111,6 +128,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         for number, handler in previous.items():
             signal.signal(number, handler)
+        sys.unraisablehook = unraisable_hook
 
 
 def _import_run_machinery() -> None:

@@ -236,6 +236,7 @@ def _run(
     simulate(sc, sim, run_dir, progress)
     with paused_gc():
         result = tabulate(sc, world, setup, sim, run_dir)
+    interrupts.raise_pending()  # a stop swallowed after the last round: nothing is written
     if write:
         assert run_dir is not None
         write_run_directory(result, run_dir)

@@ -383,3 +383,36 @@ def test_a_signal_stop_swallowed_by_a_callback_is_raised_at_the_round_end(tiny, 
     with pytest.raises(KeyboardInterrupt):
         mecsim.run(tiny, write=False)
     assert len(calls) == 2 and interrupts.pending is None
+
+
+def test_a_stop_swallowed_in_a_weakref_callback_prints_no_traceback(capsys):
+    """Python reports an exception raised in a weakref callback through
+    sys.unraisablehook (a traceback on stderr); the CLI's hook stays silent about a
+    signal's stop, which the run raises at its next round end, and passes anything
+    else on."""
+    import sys
+    import weakref
+
+    from mecsim import cli, interrupts
+
+    class Thing:
+        pass
+
+    seen = []
+    hook = cli._quiet_swallowed_stop(lambda unraisable: seen.append(unraisable.exc_value))
+    previous, sys.unraisablehook = sys.unraisablehook, hook
+    try:
+        for stop in (cli.Terminated(), ValueError("a real bug")):
+            thing = Thing()
+
+            def callback(_ref, stop=stop):
+                raise interrupts.request(stop) if isinstance(stop, cli.Terminated) else stop
+
+            ref = weakref.ref(thing, callback)
+            del thing  # the callback runs now; its exception goes to the hook
+            assert ref() is None
+    finally:
+        sys.unraisablehook = previous
+        interrupts.clear()
+    assert [type(e) for e in seen] == [ValueError]
+    assert "Traceback" not in capsys.readouterr().err
