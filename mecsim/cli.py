@@ -38,6 +38,14 @@ def _on_sigint(signum, frame) -> None:
     raise interrupts.request(Interrupted())
 
 
+def _stopped(stop: BaseException) -> int:
+    """Say that a signal stopped the run; its exit code (130 SIGINT, 143 SIGTERM)."""
+    interrupts.clear()
+    name = "SIGTERM" if isinstance(stop, Terminated) else "SIGINT"
+    sys.stderr.write(f"interrupted ({name}): stopped; nothing was written at the target\n")
+    return 143 if isinstance(stop, Terminated) else 130
+
+
 def _quiet_swallowed_stop(previous: Callable[[Any], None]) -> Callable[[Any], None]:
     """A ``sys.unraisablehook`` that stays silent about a signal's stop raised inside a
     weakref callback or ``__del__`` (Python would print a traceback and drop it): the run
@@ -110,10 +118,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return code
             if isinstance(stop, SystemExit):
                 raise
-        name = "SIGTERM" if isinstance(stop, Terminated) else "SIGINT"
-        sys.stderr.write(f"interrupted ({name}): stopped; nothing was written at the target\n")
-        return 143 if isinstance(stop, Terminated) else 130
+        return _stopped(stop)
     except Exception as error:
+        if interrupts.pending is not None:  # the signal's stop broke the code it landed in
+            return _stopped(interrupts.pending)
         code = _plugin_failed(error)
         if code is not None:
             return code
