@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from mecsim.errors import ConfigError, MecsimError
+from mecsim.executors.ray_backend import check_address
 
 log = logging.getLogger(__name__)
 
@@ -143,6 +144,7 @@ def connect(cluster: RayCluster) -> Any:
             "--ray", "sweeps on Ray need Ray: pip install 'mecsim[ray]' (or pip install ray)"
         ) from None
     if not ray.is_initialized():
+        check_address(cluster.address, "--ray")
         try:
             ray.init(
                 address=cluster.address,

@@ -153,6 +153,8 @@ def test_parallel_points_give_the_same_tables(cost_only, tmp_path):
         (["--ray", "--ray-resources", "num_cpus=two"], "--ray-resources: 'num_cpus=two'"),
         (["--ray", "--ray-resources", "num_cpus=-1"], "give NAME=AMOUNT pairs"),
         (["--ray", "-j", "2"], "-j: --ray runs as many points at once"),
+        (["--ray", "127.0.0.1:1"], "--ray: no Ray cluster answers at 127.0.0.1:1"),
+        (["--ray", "headnode"], "--ray: 'headnode': give HOST:PORT"),
     ],
 )
 def test_bad_ray_sweep_options_are_refused_before_any_work(
@@ -169,3 +171,18 @@ def test_bad_ray_sweep_options_are_refused_before_any_work(
 def test_ray_without_a_scenario_is_refused(tmp_path, capsys):
     assert main(["compare", "some-run", "--out", str(tmp_path / "c"), "--ray"]) == 2
     assert "--ray: --ray runs a sweep's points: give --scenario" in capsys.readouterr().err
+
+
+def test_a_run_on_a_ray_address_nothing_listens_at_is_refused_in_one_line(tiny, tmp_path, capsys):
+    pytest.importorskip("ray")
+    path = tmp_path / "s.toml"
+    path.write_text(tomli_w.dumps(tiny))
+    out = tmp_path / "run"
+    settings = ["--set", "execution.executor=ray", "--set", "execution.ray_address=127.0.0.1:1"]
+    assert main(["run", str(path), "--out", str(out), *settings]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        "error: execution.ray_address: no Ray cluster answers at 127.0.0.1:1 (Connection "
+        "refused); start one with `ray start --head` or give its address"
+    ]
+    assert not out.exists()

@@ -33,7 +33,7 @@ from typing import Any
 
 import torch
 
-from mecsim.errors import ExecutorLost, MecsimError
+from mecsim.errors import ConfigError, ExecutorLost, MecsimError
 from mecsim.executors.base import ClientJob, JobResult, TrainingContext
 from mecsim.state import ModelState
 
@@ -97,6 +97,30 @@ class _Chunk:
     results: list[JobResult] | None = None
 
 
+def check_address(address: str | None, field: str, timeout_s: float = 5.0) -> None:
+    """Refuse, in one line and within ``timeout_s``, a Ray address nothing listens at
+    (``ray.init`` itself retries for minutes). ``None`` and ``"auto"`` are left to Ray."""
+    if address is None or address == "auto":
+        return
+    import socket
+
+    target = address.removeprefix("ray://")
+    host, sep, port = target.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ConfigError(
+            field, f"{address!r}: give HOST:PORT, ray://HOST:PORT or auto (e.g. 10.0.0.5:6379)"
+        )
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout_s):
+            pass
+    except OSError as error:
+        raise ConfigError(
+            field,
+            f"no Ray cluster answers at {address} ({error.strerror or error}); start one "
+            "with `ray start --head` or give its address",
+        ) from None
+
+
 class RayExecutor:
     """Runs each round's jobs across Ray actors (see the module docstring)."""
 
@@ -120,6 +144,7 @@ class RayExecutor:
             ) from None
         self.ray = ray
         if not ray.is_initialized():
+            check_address(address, "execution.ray_address")
             ray.init(
                 address=address,
                 num_cpus=num_cpus if address is None else None,
