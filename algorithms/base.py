@@ -53,7 +53,7 @@ from torch import Tensor
 from mecsim.config import Section
 from mecsim.models.catalog import Architecture, ModelCatalog
 from mecsim.rng import numpy_rng
-from mecsim.state import ModelState, Payload, TensorDict
+from mecsim.state import ModelState, Payload, TensorDict, by_identity
 from mecsim.training import Loss, Schedule, TrainResult
 
 ClientState = dict[str, Any]
@@ -187,15 +187,8 @@ class Upload:
 def uploaded_elements(uploads: Sequence[Upload]) -> int:
     """Tensor elements the uploads hold, in all (a payload shared by many uploads, as in
     cost-only job classes, is counted by its size once and then by reference)."""
-    sizes: dict[int, int] = {}
-    total = 0
-    for upload in uploads:
-        key = id(upload.payload)
-        size = sizes.get(key)
-        if size is None:
-            size = sizes[key] = sum(t.numel() for t in upload.payload.values())
-        total += size
-    return total
+    elements = by_identity(lambda payload: sum(t.numel() for t in payload.values()))
+    return sum(elements(upload.payload) for upload in uploads)
 
 
 class Algorithm:

@@ -181,7 +181,6 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _validate(args: argparse.Namespace) -> int:
-    from mecsim.runner import check_run, resolve_device, run
     from mecsim.scenario import apply_overrides, read_scenario_file, validate_scenario
 
     data = apply_overrides(read_scenario_file(args.scenario), args.overrides)
@@ -190,6 +189,8 @@ def _validate(args: argparse.Namespace) -> int:
         sys.stderr.write(f"error: {problem}\n")
     if problems:
         return 2
+    from mecsim.runner import check_run, resolve_device, run  # torch: only for a valid file
+
     resolve_device(args.device)  # cuda asked for where there is none
     check_run(scenario, args.out)  # every check run makes before any work
     if args.simulate:

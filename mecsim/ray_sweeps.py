@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from mecsim.errors import ConfigError, MecsimError
-from mecsim.executors.ray_backend import check_address
+from mecsim.executors.ray_backend import connect, job_error
 
 log = logging.getLogger(__name__)
 
@@ -135,32 +135,6 @@ def write_point(run_dir: Path, files: dict[str, bytes]) -> None:
     checkpoint_path(run_dir).unlink(missing_ok=True)  # the point finished
 
 
-def connect(cluster: RayCluster) -> Any:
-    """The ``ray`` module, connected to ``cluster`` (an existing connection is kept)."""
-    try:
-        import ray
-    except ImportError:
-        raise ConfigError(
-            "--ray", "sweeps on Ray need Ray: pip install 'mecsim[ray]' (or pip install ray)"
-        ) from None
-    if not ray.is_initialized():
-        check_address(cluster.address, "--ray")
-        try:
-            ray.init(
-                address=cluster.address,
-                include_dashboard=False,
-                log_to_driver=False,
-                configure_logging=False,
-            )
-        except ConnectionError as error:
-            raise ConfigError(
-                "--ray",
-                f"no Ray cluster at {cluster.address!r} ({error}); start one with "
-                "`ray start --head` or give its address",
-            ) from None
-    return ray
-
-
 def run_on_ray(
     points: Sequence[tuple[dict[str, Any], Path]],
     cluster: RayCluster,
@@ -173,7 +147,7 @@ def run_on_ray(
     first failing point cancels the rest and raises."""
     from mecsim.checkpoint import checkpoint_path
 
-    ray = connect(cluster)
+    ray = connect(cluster.address, "--ray", "sweeps on Ray")
     task = ray.remote(run_point_task).options(**cluster.options())
     resume = options.pop("resume", False)
     refs = {}
@@ -190,8 +164,7 @@ def run_on_ray(
             try:
                 files = ray.get(ready[0])
             except ray.exceptions.RayTaskError as error:
-                cause = error.cause
-                raise (cause if isinstance(cause, MecsimError) else error) from None
+                raise job_error(error) from None
             write_point(points[index][1], files)
             on_done(index)
     finally:

@@ -13,7 +13,7 @@ from mecsim.algorithms.base import (
 from mecsim.channels.sharing import Reception, Transmission
 from mecsim.process import Process
 from mecsim.radio import Delivery
-from mecsim.state import Payload, payload_nbytes
+from mecsim.state import Payload, by_identity, payload_nbytes
 
 
 class Transfers:
@@ -36,12 +36,8 @@ class Transfers:
         broadcasts with the same ``join`` key started at the same instant are
         one transmission.
         """
-        sizes: dict[int, int] = {}  # by payload identity: a broadcast payload is sized once
-        nbytes = {}
-        for c, payload in payloads.items():
-            if id(payload) not in sizes:
-                sizes[id(payload)] = payload_nbytes(payload)
-            nbytes[c] = sizes[id(payload)]
+        size = by_identity(payload_nbytes)  # a broadcast payload is sized once
+        nbytes = {c: size(payload) for c, payload in payloads.items()}
         broadcast = self.algorithm.broadcast and self.network.config.downlink.mode == "broadcast"
         key = ("round", round_) if key is None else key
         return self._transmit(round_, nbytes, key, broadcast, join=join)

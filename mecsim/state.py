@@ -9,8 +9,9 @@ never typed in by hand.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -149,6 +150,20 @@ def stack(dicts: Sequence[TensorDict]) -> TensorDict:
     """Per key, the tensors of ``dicts`` stacked along a new leading dimension (one entry
     per dict, in order): what vmapped code over many clients' states takes."""
     return {k: torch.stack([d[k] for d in dicts]) for k in dicts[0]} if dicts else {}
+
+
+def by_identity(size: Callable[[Any], int]) -> Callable[[Any], int]:
+    """``size`` memoized by object identity, for objects alive while the memo is used."""
+    memo: dict[int, int] = {}
+
+    def sized(obj: Any) -> int:
+        key = id(obj)
+        found = memo.get(key)
+        if found is None:
+            found = memo[key] = size(obj)
+        return found
+
+    return sized
 
 
 def payload_nbytes(payload: Payload | None) -> int:

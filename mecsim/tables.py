@@ -7,7 +7,6 @@ events table (:mod:`mecsim.analysis`), the clients table from the world's arrays
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,8 +22,6 @@ from mecsim.world import Setup, World
 
 if TYPE_CHECKING:
     import pandas as pd
-
-log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -83,7 +80,7 @@ def clients_frame(world: World, sim: Simulation, accuracies: list[float] | float
             "num_train": np.asarray(world.num_train, dtype=np.int64),
             "num_val": column((v.shape[0] for v in data.val), np.int64),
             "num_test": column((t.shape[0] for t in data.test), np.int64),
-            "model": per_arch({a: a for a in archs}).astype(object),
+            "model": np.array(archs, dtype=object)[arch],
             "num_params": per_arch(params),
             # pytorch-OpCounter's convention (KAPC Table 6): a multiply-accumulate of a conv
             # or linear layer is one op; torch's counter, which mecsim's FLOPs use, counts 2

@@ -9,7 +9,6 @@ each client's architecture, and the algorithm with its training context.
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING
@@ -40,8 +39,6 @@ from mecsim.training import ModelFunction
 
 if TYPE_CHECKING:
     pass
-
-log = logging.getLogger(__name__)
 
 
 def build_clients(cfg: ClientsConfig, seed: int) -> list[ClientProfile]:

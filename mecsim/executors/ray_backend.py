@@ -39,6 +39,8 @@ from mecsim.state import ModelState
 
 log = logging.getLogger(__name__)
 
+STOPS = "the run stops at its last checkpoint: continue with --resume on a new cluster"
+"""What an :class:`ExecutorLost` message ends with."""
 MAX_RETRIES = 3
 """Times one chunk of jobs is resubmitted after its actor died before the run stops."""
 
@@ -121,6 +123,43 @@ def check_address(address: str | None, field: str, timeout_s: float = 5.0) -> No
         ) from None
 
 
+def connect(address: str | None, field: str, what: str, num_cpus: int | None = None) -> Any:
+    """The ``ray`` module, connected to the cluster at ``address`` (None: ``RAY_ADDRESS``, a
+    cluster on this machine, else a new local instance of ``num_cpus`` CPUs); an existing
+    connection is kept. A missing Ray or a cluster that does not answer is one line
+    naming ``field`` (``what`` says what needs Ray)."""
+    try:
+        import ray
+    except ImportError:
+        raise ConfigError(
+            field, f"{what} needs Ray: pip install 'mecsim[ray]' (or pip install ray)"
+        ) from None
+    if not ray.is_initialized():
+        check_address(address, field)
+        try:
+            ray.init(
+                address=address,
+                num_cpus=num_cpus if address is None else None,
+                include_dashboard=False,
+                log_to_driver=False,
+                configure_logging=False,
+            )
+        except ConnectionError as error:
+            raise ConfigError(
+                field,
+                f"no Ray cluster at {address!r} ({error}); start one with `ray start --head` "
+                "or give its address",
+            ) from None
+    return ray
+
+
+def job_error(error: Exception) -> BaseException:
+    """What to raise for a Ray task that failed in its own code: the mecsim error it
+    raised (one line for the user), else Ray's error with the remote traceback."""
+    cause = getattr(error, "cause", None)
+    return cause if isinstance(cause, MecsimError) else error
+
+
 class RayExecutor:
     """Runs each round's jobs across Ray actors (see the module docstring)."""
 
@@ -136,22 +175,9 @@ class RayExecutor:
         max_clients: int | None = None,
         max_retries: int = MAX_RETRIES,
     ) -> None:
-        try:
-            import ray
-        except ImportError:
-            raise MecsimError(
-                "execution.executor = 'ray' needs Ray: pip install 'mecsim[ray]' (or pip install ray)"
-            ) from None
-        self.ray = ray
-        if not ray.is_initialized():
-            check_address(address, "execution.ray_address")
-            ray.init(
-                address=address,
-                num_cpus=num_cpus if address is None else None,
-                include_dashboard=False,
-                log_to_driver=False,
-                configure_logging=False,
-            )
+        ray = self.ray = connect(
+            address, "execution.ray_address", "execution.executor = 'ray'", num_cpus
+        )
         count = tasks or max(1, int(ray.available_resources().get("CPU", 1)))
         self.device = ctx.device
         self.max_retries = max_retries
@@ -182,15 +208,13 @@ class RayExecutor:
                 ready, _ = self.ray.wait(list(pending), num_returns=1)
             except Exception as error:  # the driver lost its connection: the head is gone
                 raise ExecutorLost(
-                    f"the Ray cluster is unreachable ({type(error).__name__}); the run stops "
-                    "at its last checkpoint: continue with --resume on a new cluster"
+                    f"the Ray cluster is unreachable ({type(error).__name__}); {STOPS}"
                 ) from None
             chunk = pending.pop(ready[0])
             try:
                 node, chunk.results = self.ray.get(ready[0])
             except self.ray.exceptions.RayTaskError as error:  # the job itself failed
-                cause = error.cause
-                raise (cause if isinstance(cause, MecsimError) else error) from None
+                raise job_error(error) from None
             except Exception as error:  # the actor or its node is gone
                 self._lose(chunk, error)
                 pending[chunk.worker.run.remote(chunk.jobs)] = chunk
@@ -207,8 +231,7 @@ class RayExecutor:
         if not self.workers or chunk.retries > self.max_retries:
             raise ExecutorLost(
                 f"the Ray cluster lost every worker ({type(error).__name__}: "
-                f"{str(error).splitlines()[0]}); the run stops at its last checkpoint: "
-                "continue with --resume on a new cluster"
+                f"{str(error).splitlines()[0]}); {STOPS}"
             )
         self.retried_jobs += len(chunk.jobs)
         chunk.worker = self.workers[chunk.retries % len(self.workers)]

@@ -30,9 +30,8 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
@@ -44,7 +43,7 @@ from mecsim.gc_pause import paused_gc
 from mecsim.radio import ClosedForm
 from mecsim.recorder import EVENT_COLUMNS
 from mecsim.simulation import Process, Simulation
-from mecsim.state import Payload, payload_nbytes, state_nbytes
+from mecsim.state import Payload, by_identity, payload_nbytes, state_nbytes
 
 
 def bulk_downlink(
@@ -246,20 +245,6 @@ class _BulkRound:
         self.sim.recorder.extend(
             {name: np.concatenate(columns.pop(name))[order] for name in EVENT_COLUMNS}
         )
-
-
-def by_identity(size: Callable[[Any], int]) -> Callable[[Any], int]:
-    """``size`` memoized by object identity, for objects alive while the memo is used."""
-    memo: dict[int, int] = {}
-
-    def sized(obj: Any) -> int:
-        key = id(obj)
-        found = memo.get(key)
-        if found is None:
-            found = memo[key] = size(obj)
-        return found
-
-    return sized
 
 
 def _row(
