@@ -147,7 +147,7 @@ def run_on_ray(
     first failing point cancels the rest and raises."""
     from mecsim.checkpoint import checkpoint_path
 
-    ray = connect(cluster.address, "--ray", "sweeps on Ray")
+    ray = connect(cluster.address, "--ray", "--ray")
     task = ray.remote(run_point_task).options(**cluster.options())
     resume = options.pop("resume", False)
     refs = {}

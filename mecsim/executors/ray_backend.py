@@ -123,16 +123,16 @@ def check_address(address: str | None, field: str, timeout_s: float = 5.0) -> No
         ) from None
 
 
-def connect(address: str | None, field: str, what: str, num_cpus: int | None = None) -> Any:
+def connect(address: str | None, field: str, requirer: str, num_cpus: int | None = None) -> Any:
     """The ``ray`` module, connected to the cluster at ``address`` (None: ``RAY_ADDRESS``, a
     cluster on this machine, else a new local instance of ``num_cpus`` CPUs); an existing
-    connection is kept. A missing Ray or a cluster that does not answer is one line
-    naming ``field`` (``what`` says what needs Ray)."""
+    connection is kept. A missing Ray is one line naming ``requirer`` (the setting that
+    asked for Ray), a cluster that does not answer one line naming ``field``."""
     try:
         import ray
     except ImportError:
         raise ConfigError(
-            field, f"{what} needs Ray: pip install 'mecsim[ray]' (or pip install ray)"
+            requirer, "needs Ray: pip install 'mecsim[ray]' (or pip install ray)"
         ) from None
     if not ray.is_initialized():
         check_address(address, field)
@@ -175,9 +175,7 @@ class RayExecutor:
         max_clients: int | None = None,
         max_retries: int = MAX_RETRIES,
     ) -> None:
-        ray = self.ray = connect(
-            address, "execution.ray_address", "execution.executor = 'ray'", num_cpus
-        )
+        ray = self.ray = connect(address, "execution.ray_address", "execution.executor", num_cpus)
         count = tasks or max(1, int(ray.available_resources().get("CPU", 1)))
         self.device = ctx.device
         self.max_retries = max_retries
