@@ -109,13 +109,6 @@ def one_alpha_step(algorithm: APFL, task: Task) -> Schedule:
     return Schedule(1, 1, s.batch_size, s.alpha_lr or s.lr)
 
 
-def mixture_flops(per_parameter: int):
-    """The mixture (3 per parameter and step) and, for alpha, its derivative's reduction (3)."""
-    return lambda algorithm, task, start, steps: (
-        per_parameter * algorithm.initial.num_params() * steps
-    )
-
-
 def clipped_alpha(
     algorithm: APFL, task: Task, state: ClientState, result: TrainResult, ctx: RoundContext
 ) -> None:
@@ -132,11 +125,11 @@ class APFL(FedAvg):
     local = Task("local", model="local", uploads=True)  # w_i, from the received model
     personal = Task(  # v_i <- v_i - eta grad_v f_i(v-bar_i)
         "personal", model="personal", start=own_state, constants=mixture_constants,
-        loss=lambda algorithm, task: personal_loss(task.split), extra_flops=mixture_flops(3),
+        loss=lambda algorithm, task: personal_loss(task.split),
     )  # fmt: skip
     mix = Task(  # alpha_i <- alpha_i - eta_alpha <v_i - w_i, grad f_i(v-bar_i)>
         "mix", model="alpha", start=own_state, constants=alpha_constants, schedule=one_alpha_step,
-        loss=lambda algorithm, task: alpha_loss(task.split), extra_flops=mixture_flops(6),
+        loss=lambda algorithm, task: alpha_loss(task.split),
         finish=clipped_alpha,
     )  # fmt: skip
 

@@ -15,14 +15,14 @@ loop. It declares:
   round). At most one task is marked ``uploads``: compute-and-wait runs
   every task then uploads; a wait-free protocol uploads right after it;
 * per task - the model it starts from, its constants, its loss (a pure
-  function, see :mod:`mecsim.training`), its schedule, the element-wise FLOPs
-  its loss adds, and where the result goes: declared on the :class:`Task`
-  itself (``start``, ``constants``, ``loss``, ``schedule``, ``extra_flops``,
-  ``finish``), or, for every task that declares none, the algorithm-wide
-  hooks :meth:`begin_task`, :meth:`task_constants`, :meth:`loss`,
-  :meth:`schedule`, :meth:`extra_flops` and :meth:`end_task`. The engine asks
-  :func:`start_of`, :func:`constants_of`, :func:`loss_of`, :func:`schedule_of`,
-  :func:`extra_flops_of` and :func:`finish`, which take the task's own first;
+  function, see :mod:`mecsim.training`; its FLOPs are metered, element-wise
+  work included, see :mod:`mecsim.cost`), its schedule, and where the result
+  goes: declared on the :class:`Task` itself (``start``, ``constants``,
+  ``loss``, ``schedule``, ``finish``), or, for every task that declares none,
+  the algorithm-wide hooks :meth:`begin_task`, :meth:`task_constants`,
+  :meth:`loss`, :meth:`schedule` and :meth:`end_task`. The engine asks
+  :func:`start_of`, :func:`constants_of`, :func:`loss_of`, :func:`schedule_of`
+  and :func:`finish`, which take the task's own first;
 * server work - :meth:`aggregate` (pure averaging, FLOPs from
   :meth:`aggregation_flops`), :meth:`prepare_downlinks` (work on a
   synchronous round's selection before its downloads, FLOPs from
@@ -113,7 +113,6 @@ class Task:
         constants(algorithm, task, state, payload, ctx) -> TensorDict   what its loss reads
         loss(algorithm, task) -> Loss                                the pure loss
         schedule(algorithm, task) -> Schedule                        epochs, rate, trainable
-        extra_flops(algorithm, task, start, steps) -> int            element-wise work
         finish(algorithm, task, state, result, ctx) -> None          where the result goes
 
     Behaviour is not part of a task's identity (equality and hashing read the
@@ -131,7 +130,6 @@ class Task:
     constants: Callable[..., TensorDict] | None = field(default=None, compare=False, repr=False)
     loss: Callable[..., Loss] | None = field(default=None, compare=False, repr=False)
     schedule: Callable[..., Schedule] | None = field(default=None, compare=False, repr=False)
-    extra_flops: Callable[..., int] | None = field(default=None, compare=False, repr=False)
     finish: Callable[..., None] | None = field(default=None, compare=False, repr=False)
 
     @property
@@ -353,10 +351,6 @@ class Algorithm:
 
         return cross_entropy_loss(task.split)
 
-    def extra_flops(self, task: Task, start: ModelState, steps: int) -> int:
-        """FLOPs of loss work no module meters (a proximal term, an FFT). Default: 0."""
-        return 0
-
     def compute(self, task: Task, state: ClientState, ctx: RoundContext) -> int:
         """Run a ``mode="compute"`` task on the client's ``state``; return its FLOPs.
 
@@ -412,13 +406,6 @@ def schedule_of(algorithm: Algorithm, task: Task) -> Schedule:
     if task.schedule is not None:
         return task.schedule(algorithm, task)
     return algorithm.schedule(task)
-
-
-def extra_flops_of(algorithm: Algorithm, task: Task, start: ModelState, steps: int) -> int:
-    """FLOPs ``task``'s loss adds that no module meters, over ``steps`` steps."""
-    if task.extra_flops is not None:
-        return task.extra_flops(algorithm, task, start, steps)
-    return algorithm.extra_flops(task, start, steps)
 
 
 def finish(

@@ -12,7 +12,7 @@ import dataclasses
 from pydantic import Field
 
 from mecsim.algorithms.base import ClientState, RoundContext, Task
-from mecsim.algorithms.losses import proximal_cross_entropy, proximal_flops
+from mecsim.algorithms.losses import proximal_cross_entropy
 from mecsim.algorithms.pflplus import PFLPlus, PFLPlusSettings
 from mecsim.algorithms.registry import ALGORITHMS
 from mecsim.state import Payload, TensorDict
@@ -40,7 +40,5 @@ class Ditto(PFLPlus):
     """PFL+ whose personal task minimizes CE + lambda/2 ||w_p - w_G||^2."""
 
     Settings = DittoSettings
-    personal = dataclasses.replace(
-        PFLPlus.personal, loss=personal_loss, constants=received_global, extra_flops=proximal_flops
-    )
+    personal = dataclasses.replace(PFLPlus.personal, loss=personal_loss, constants=received_global)
     tasks = (PFLPlus.generic, personal)

@@ -38,7 +38,7 @@ from mecsim.algorithms.base import (
 from mecsim.algorithms.fedavg import FedAvg
 from mecsim.algorithms.losses import cross_entropy_loss, inner_product, proximal
 from mecsim.algorithms.registry import ALGORITHMS
-from mecsim.state import ModelState, Payload, TensorDict, zeros_like
+from mecsim.state import Payload, TensorDict, zeros_like
 from mecsim.training import Loss, TrainResult
 
 GRAD = "grad."
@@ -113,10 +113,6 @@ class FedDyn(FedAvg):
             return ce(forward, params, batch, consts) - linear + alpha / 2 * proximal(params, glob)
 
         return feddyn_loss
-
-    def extra_flops(self, task: Task, start: ModelState, steps: int) -> int:
-        # per parameter and step: linear term (2) and its gradient, proximal term (5)
-        return 8 * start.num_params() * steps
 
     def end_task(
         self, task: Task, state: ClientState, result: TrainResult, ctx: RoundContext

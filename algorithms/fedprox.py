@@ -10,9 +10,9 @@ from pydantic import Field
 
 from mecsim.algorithms.base import AlgorithmSettings, ClientState, RoundContext, Task
 from mecsim.algorithms.fedavg import FedAvg
-from mecsim.algorithms.losses import proximal_cross_entropy, proximal_flops
+from mecsim.algorithms.losses import proximal_cross_entropy
 from mecsim.algorithms.registry import ALGORITHMS
-from mecsim.state import ModelState, Payload, TensorDict
+from mecsim.state import Payload, TensorDict
 from mecsim.training import Loss
 
 
@@ -35,6 +35,3 @@ class FedProx(FedAvg):
 
     def loss(self, task: Task) -> Loss:
         return proximal_cross_entropy(task.split, self.settings.mu)
-
-    def extra_flops(self, task: Task, start: ModelState, steps: int) -> int:
-        return proximal_flops(self, task, start, steps)

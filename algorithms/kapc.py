@@ -72,11 +72,11 @@ from mecsim.algorithms.base import (
     Task,
 )
 from mecsim.algorithms.layerwise import LayerwiseMixing
-from mecsim.algorithms.losses import cross_entropy_loss, proximal, proximal_flops
+from mecsim.algorithms.losses import cross_entropy_loss, proximal
 from mecsim.algorithms.registry import ALGORITHMS
 from mecsim.models.layers import Layer
 from mecsim.rng import numpy_rng
-from mecsim.state import ModelState, Payload, TensorDict
+from mecsim.state import Payload, TensorDict
 from mecsim.training import Loss
 
 
@@ -220,7 +220,3 @@ class KAPC(LayerwiseMixing):
             return ce(forward, params, batch, server_model) + lam * proximal(params, server_model)
 
         return kapc_loss
-
-    def extra_flops(self, task: Task, start: ModelState, steps: int) -> int:
-        # per parameter: subtract, square, accumulate; and the gradient 2 lambda (w - s)
-        return proximal_flops(self, task, start, steps)

@@ -45,18 +45,6 @@ def proximal(
     return sum(((params[k] - reference[k]) ** 2).sum() for k in names)  # type: ignore[return-value]
 
 
-PROXIMAL_FLOPS_PER_PARAMETER = 5
-"""A proximal term lambda/2 ||w - a||^2, per parameter and step: subtract, square and add;
-its gradient lambda (w - a), 2 more. No module meters element-wise work (see
-:mod:`mecsim.cost`), so the algorithm adds it."""
-
-
-def proximal_flops(algorithm: object, task: object, start: ModelState, steps: int) -> int:
-    """The proximal term's element-wise FLOPs over ``steps`` steps, as a task's
-    ``extra_flops`` (or an algorithm's, called with ``self``)."""
-    return PROXIMAL_FLOPS_PER_PARAMETER * start.num_params() * steps
-
-
 def proximal_cross_entropy(split: str, weight: float) -> Loss:
     """CE on ``batch[split]`` + weight/2 ||params - anchor||^2, the anchor being the task's
     constants (FedProx's w_G, Ditto's w_G for the personal model, pFedMe's w in eq. 7)."""

@@ -123,12 +123,6 @@ def maml_step_loss(algorithm: PerFedAvg, task: Task) -> Loss:
     return maml_loss(task.split, s.alpha, delta, exact=s.hessian_product == "exact")
 
 
-def maml_flops(algorithm: PerFedAvg, task: Task, start: ModelState, steps: int) -> int:
-    """w~ (2), the linear loss and its gradient (2); HF: w +- delta g (4), d (3), mix (2)."""
-    per_parameter = 4 + (9 if algorithm.hessian_free else 0)
-    return per_parameter * start.num_params() * steps
-
-
 @ALGORITHMS.register("perfedavg", "Per-FedAvg (FO): first-order federated MAML, one-step personal")
 class PerFedAvg(FedAvg):
     """FedAvg of the MAML objective; personal model = one step from the global model."""
@@ -137,10 +131,7 @@ class PerFedAvg(FedAvg):
     hessian_free = False
     # both tasks start from the received model (FedAvg's begin_task)
     adapt = Task("adapt", model="personal", schedule=one_personal_step)
-    local = Task(
-        "local", model="local", uploads=True, schedule=maml_schedule, loss=maml_step_loss,
-        extra_flops=maml_flops,
-    )  # fmt: skip
+    local = Task("local", model="local", uploads=True, schedule=maml_schedule, loss=maml_step_loss)
     tasks = (adapt, local)
 
     @property

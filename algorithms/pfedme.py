@@ -19,8 +19,8 @@ One SGD step of the ``local`` task is one local round: its loss is
 ``torch.func.grad`` (so it runs under vmap) and cut from the graph, whose
 gradient is ``lambda (w - theta~)``; ``algorithm.lr`` is eta and
 ``algorithm.steps`` R. The inner steps' forward and backward passes are
-metered like any other; their element-wise work (the proximal term and the
-update, 7 per parameter per inner step) is added by :meth:`extra_flops`.
+metered like any other, element-wise work (the proximal term, the inner
+updates) included (:mod:`mecsim.cost`).
 
 Paper and authors' code (``CharlieDinh/pFedMe``) differ in two places:
 
@@ -52,18 +52,13 @@ from mecsim.algorithms.base import (
 )
 from mecsim.algorithms.fedavg import FedAvg
 from mecsim.algorithms.losses import (
-    PROXIMAL_FLOPS_PER_PARAMETER,
     cross_entropy,
     proximal,
     proximal_cross_entropy,
-    proximal_flops,
 )
 from mecsim.algorithms.registry import ALGORITHMS
 from mecsim.state import ModelState, Payload, TensorDict
 from mecsim.training import Batch, Forward, Loss, Schedule
-
-ELEMENTWISE_PER_INNER_STEP = 7
-"""Per parameter and inner step: the proximal term and its gradient (5), the update (2)."""
 
 
 class PFedMeSettings(AlgorithmSettings):
@@ -113,14 +108,6 @@ def local_round_loss(algorithm: PFedMe, task: Task) -> Loss:
     return envelope_loss(task.split, s.lam, s.inner_steps, s.personal_lr)
 
 
-def local_round_flops(algorithm: PFedMe, task: Task, start: ModelState, steps: int) -> int:
-    """Per step: K inner steps' element-wise work and the outer proximal term (5)."""
-    per_step = (
-        ELEMENTWISE_PER_INNER_STEP * algorithm.settings.inner_steps + PROXIMAL_FLOPS_PER_PARAMETER
-    )
-    return per_step * start.num_params() * steps
-
-
 def uploaded_model(
     algorithm: PFedMe, task: Task, state: ClientState, payload: Payload | None, ctx: RoundContext
 ) -> ModelState:
@@ -153,12 +140,11 @@ class PFedMe(FedAvg):
     Settings = PFedMeSettings
     protocols = frozenset({"compute_and_wait", "deadline"})
     # Algorithm 1, lines 5-8: R local rounds on the Moreau envelope, from the received w
-    local = Task("local", model="local", uploads=True, loss=local_round_loss,
-                 extra_flops=local_round_flops)  # fmt: skip
+    local = Task("local", model="local", uploads=True, loss=local_round_loss)
     # the personal model: theta(w) by eq. (7) at the uploaded w
     personalize = Task(
         "personalize", model="personal", start=uploaded_model, constants=anchored_at_w,
-        schedule=inner_solve, loss=moreau_objective_loss, extra_flops=proximal_flops,
+        schedule=inner_solve, loss=moreau_objective_loss,
     )  # fmt: skip
     tasks = (local, personalize)
 

@@ -52,14 +52,12 @@ from mecsim.algorithms.spectral import (
     EPS,
     authors_kl,
     divergence,
-    fft_flops,
     flatten_weights,
     layer_spectrum,
-    layer_spectrum_flops,
     spectrum,
     weight_names,
 )
-from mecsim.state import ModelState, Payload, TensorDict
+from mecsim.state import Payload, TensorDict
 from mecsim.training import Loss
 
 
@@ -86,9 +84,6 @@ def spectral_role(generic: bool) -> dict:
             generic, state, payload
         ),
         "loss": lambda algorithm, task: algorithm.spectral_loss(generic, task.split),
-        "extra_flops": lambda algorithm, task, start, steps: algorithm.spectral_flops(
-            generic, start, steps
-        ),
     }
 
 
@@ -156,14 +151,3 @@ class SCD(PFLPlus):
             return ce(forward, params, batch, consts) + weight * (spectral + distance)
 
         return authors_loss
-
-    def spectral_flops(self, generic: bool, start: ModelState, steps: int) -> int:
-        """The spectra and divergences no module meters."""
-        d = start.num_params()
-        if self.settings.spectral == "authors_code":
-            # per step: the model's spectrum and the KL; the target's, once; personal: the norm
-            spectra = layer_spectrum_flops(start.params, weight_names(start.params))
-            norm = 0 if generic else 3 * d
-            return steps * (spectra + 10 * d + norm) + spectra
-        # per step: FFT of the weights forward and its gradient (~2 FFTs), plus the KL
-        return steps * (2 * fft_flops(d) + 10 * d) + fft_flops(d)  # + the target, once

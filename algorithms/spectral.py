@@ -93,14 +93,3 @@ def authors_kl(inputs: Tensor, target: Tensor) -> Tensor:
     log_inputs = torch.log_softmax(inputs, dim=-1)
     pointwise = target * (torch.log(target.clamp_min(EPS)) - log_inputs)
     return pointwise.sum(dim=-1) / inputs.shape[-1]
-
-
-def fft_flops(d: int) -> int:
-    """FLOPs of one length-d complex FFT (5 d log2 d, the usual radix-2 count)."""
-    return int(5 * d * math.log2(max(d, 2)))
-
-
-def layer_spectrum_flops(params: TensorDict, names: Sequence[str]) -> int:
-    """FLOPs of :func:`layer_spectrum`: each weight's FFT, magnitudes and the normalization."""
-    sizes = [params[n].numel() for n in names]
-    return sum(fft_flops(s) for s in sizes) + 5 * sum(sizes)

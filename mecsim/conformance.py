@@ -6,7 +6,9 @@ batched executor, and cost-only where the algorithm allows it. Checks:
 
 * ``bytes``: every upload's and download's bytes are the nbytes of the payload
   the algorithm returned (a download may be any payload the server built);
-* ``flops``: every ``compute:`` row has positive FLOPs;
+* ``flops``: every ``compute:`` row has positive FLOPs, and every operation a
+  training step runs on weights (not per sample) is priced by a rule of
+  :mod:`mecsim.models.elementwise` or only moves data;
 * ``executors``: serial and batched write the same events table (times, bytes,
   FLOPs) and accuracies within 0.05;
 * ``cost-only``: a cost-only run (no training) has the serial run's events table,
@@ -290,8 +292,10 @@ def check_protocol(name: str, kind: str) -> list[Outcome]:
     mixed: list = []
     asynchronous = kind in ("fedasync", "fedbuff") and cls.broadcast
     watch_mix = mixes(cls, mixed) if asynchronous else nullcontext()
+    meters: list = []
     with recorded(cls, "upload", uploads), recorded(cls, "downlink", downlinks), watch_mix:
-        serial = mecsim.run(copy.deepcopy(TINY), settings, executor="serial", write=False)
+        with metering(meters):
+            serial = mecsim.run(copy.deepcopy(TINY), settings, executor="serial", write=False)
     batched = mecsim.run(copy.deepcopy(TINY), settings, executor="batched", write=False)
 
     classes = Outcome(kind, "classes")
@@ -318,7 +322,7 @@ def check_protocol(name: str, kind: str) -> list[Outcome]:
         resumed.problems += resume_problems(settings)
     return [
         bytes_outcome(kind, serial.events, uploads, downlinks),
-        flops_outcome(kind, serial.events),
+        flops_outcome(kind, serial.events, set().union(*(m.unpriced for m in meters))),
         executors_outcome(kind, serial, batched),
         cost_only_outcome(kind, cls, settings, serial.events),
         classes,
@@ -345,12 +349,33 @@ def bytes_outcome(kind: str, events: Any, uploads: list, downlinks: list) -> Out
     return sizes
 
 
-def flops_outcome(kind: str, events: Any) -> Outcome:
-    """Every ``compute:`` row has positive FLOPs."""
+def metering(meters: list):
+    """Collect every :class:`~mecsim.cost.StepMeter` a run makes into ``meters``."""
+    from mecsim.cost import StepMeter
+
+    def wrap(original):
+        def init(self):
+            original(self)
+            meters.append(self)
+
+        return init
+
+    return patched(StepMeter, "__init__", wrap)
+
+
+def flops_outcome(kind: str, events: Any, unpriced: set[str]) -> Outcome:
+    """Every ``compute:`` row has positive FLOPs; no weight-space op escapes the meter."""
+    from mecsim.models.elementwise import DATA_MOVEMENT
+
     work = Outcome(kind, "flops")
     compute = events[events["phase"].str.startswith("compute:")]
     if compute.empty or not (compute["flops"] > 0).all():
         work.problems.append("a compute row has no FLOPs (or the run computed nothing)")
+    if unknown := sorted(unpriced - DATA_MOVEMENT):
+        work.problems.append(
+            f"steps run {', '.join(unknown)} on weights, which no FLOP rule prices: add a rule "
+            "to mecsim/models/elementwise.py, or list it there as data movement"
+        )
     return work
 
 

@@ -9,9 +9,21 @@ task, trainable set, batch sizes). So backward is charged only for what
 autograd runs: weight gradients of trainable layers and input gradients
 down to the lowest trainable layer; a head-only task costs forward + head
 backward. The count depends only on shapes, so serial, batched and
-cost-only runs (on the meta device) record the same FLOPs. Matrix products
-and convolutions are counted; elementwise work a loss adds (a proximal
-term, an FFT of the weights) is added by the algorithm's ``extra_flops``.
+cost-only runs (on the meta device) record the same FLOPs.
+
+What counts: matrix products, convolutions, FFTs and vector products
+wherever they run, and element-wise work (point-wise ops, reductions,
+``_foreach_`` lists; :mod:`mecsim.models.elementwise`) whose size does not
+grow with the batch: a proximal term, an inner SGD step, a parameter
+mixture, gradient clipping, a step correction. Per-sample element-wise work
+(activations, bias adds, normalizations, the loss over the logits) is not
+counted, the convention of ``FlopCounterMode`` and of the papers' FLOP
+figures for a network's forward and backward pass. The two are told apart by
+measurement, not by name: the step is traced at batch sizes b and 2b (every
+slice of a batch grows with it), and an op whose tensors keep their sizes is
+weight-space work (scalar arithmetic on the loss value is left out, a few
+FLOPs a step). The plain SGD update (``p -= lr * b``) is not counted, for
+any algorithm.
 """
 
 from __future__ import annotations
@@ -22,9 +34,10 @@ from collections.abc import Hashable, Mapping
 import torch
 
 from mecsim.devices import DeviceProfile
-from mecsim.models.flops import FlopCount
+from mecsim.errors import MecsimError
+from mecsim.models.flops import FlopCount, TracedOp
 from mecsim.state import ModelState, TensorDict, zeros_like
-from mecsim.training import Loss, ModelFunction
+from mecsim.training import Loss, ModelFunction, Schedule, clip_gradients, correct_
 
 
 class StepMeter:
@@ -32,6 +45,9 @@ class StepMeter:
 
     def __init__(self) -> None:
         self._cache: dict[Hashable, int] = {}
+        self.unpriced: set[str] = set()
+        """Weight-space ops no rule priced (data movement, or a rule missing): the
+        ``flops`` check of ``mecsim check`` reports any that is not known data movement."""
 
     def step_flops(
         self,
@@ -42,53 +58,97 @@ class StepMeter:
         consts: TensorDict,
         shapes: Mapping[str, tuple[int, ...]],
         trainable: frozenset[str] | None,
+        max_grad_norm: float | None = None,
     ) -> int:
         """FLOPs of one step of ``loss`` on zero batches of ``shapes`` (split -> [b, ...]).
 
         ``key`` identifies everything the count depends on besides the shapes
         (architecture, task, trainable set). The names and shapes of ``consts``
         are part of the cache key too: a loss that runs one forward per
-        constant model (FedDF's teachers) costs more when there are more.
+        constant model (FedDF's teachers) costs more when there are more. The
+        step includes gradient clipping to ``max_grad_norm`` and the step
+        corrections among ``consts`` (:data:`~mecsim.training.STEP_CORRECTION`).
         """
         signature = tuple(sorted((k, tuple(v.shape)) for k, v in consts.items()))
-        full = (key, tuple(sorted(shapes.items())), trainable, signature)
+        full = (key, tuple(sorted(shapes.items())), trainable, signature, max_grad_norm)
         if full not in self._cache:
-            self._cache[full] = _count_step(function, loss, start, consts, shapes, trainable)
+            step = _Step(function, loss, start, consts, trainable, max_grad_norm)
+            self._cache[full] = step.flops(shapes, key, self.unpriced)
         return self._cache[full]
 
 
-def _count_step(
-    function: ModelFunction,
-    loss: Loss,
-    start: ModelState,
-    consts: TensorDict,
-    shapes: Mapping[str, tuple[int, ...]],
-    trainable: frozenset[str] | None,
-) -> int:
-    reference = next(iter(start.params.values()))
-    device = reference.device
-    if device.type == "meta" and _elements(start, consts, shapes) <= SMALL_STEP_ELEMENTS:
-        device = torch.device("cpu")  # the same count, without importing Dynamo
-        start = ModelState(zeros_like(start.params, device), zeros_like(start.buffers, device))
-        consts = zeros_like(consts, device)
-    batch = {
-        name: {
-            "x": torch.zeros(shape, device=device, dtype=reference.dtype),
-            "y": torch.zeros(shape[0], dtype=torch.long, device=device),
-            "i": torch.zeros(shape[0], dtype=torch.long, device=device),
+class _Step:
+    """One training step to count: the loss, its gradient, clipping and step corrections."""
+
+    def __init__(
+        self,
+        function: ModelFunction,
+        loss: Loss,
+        start: ModelState,
+        consts: TensorDict,
+        trainable: frozenset[str] | None,
+        max_grad_norm: float | None,
+    ) -> None:
+        self.function, self.loss, self.start, self.consts = function, loss, start, consts
+        self.trainable, self.max_grad_norm = trainable, max_grad_norm
+
+    def flops(self, shapes: Mapping[str, tuple[int, ...]], key: Hashable, unpriced: set) -> int:
+        """Matrix products, convolutions and transforms, plus the element-wise work whose
+        size does not grow with the batch: the step is traced at batch sizes b and 2b,
+        and an op whose tensors have the same sizes in both is weight-space work, unless
+        all of them are scalars (arithmetic on the loss value, a few FLOPs a step).
+        Adds the names of weight-space ops no rule prices to ``unpriced``."""
+        total, ops = self.trace(shapes)
+        grown = self.trace({name: (2 * s[0], *s[1:]) for name, s in shapes.items()})[1]
+        if [op.name for op in ops] != [op.name for op in grown]:
+            raise MecsimError(
+                f"cannot meter the FLOPs of {key!r}: its step runs different operations at "
+                "batch sizes b and 2b; a loss must not branch on the batch size"
+            )
+        weight_space = [
+            a for a, b in zip(ops, grown, strict=True) if a.sizes == b.sizes and max(a.sizes) > 1
+        ]
+        unpriced.update(op.name for op in weight_space if not op.priced)
+        return total + sum(op.flops for op in weight_space)
+
+    def trace(self, shapes: Mapping[str, tuple[int, ...]]) -> tuple[int, list[TracedOp]]:
+        """(FLOPs counted by formula, every other op) of one step on zero batches."""
+        start, consts = self.start, self.consts
+        reference = next(iter(start.params.values()))
+        device = reference.device
+        if device.type == "meta" and _elements(start, consts, shapes) <= SMALL_STEP_ELEMENTS:
+            device = torch.device("cpu")  # the same count, without importing Dynamo
+            start = ModelState(zeros_like(start.params, device), zeros_like(start.buffers, device))
+            consts = zeros_like(consts, device)
+        batch = {
+            name: {
+                "x": torch.zeros(shape, device=device, dtype=reference.dtype),
+                "y": torch.zeros(shape[0], dtype=torch.long, device=device),
+                "i": torch.zeros(shape[0], dtype=torch.long, device=device),
+            }
+            for name, shape in shapes.items()
         }
-        for name, shape in shapes.items()
-    }
-    names = [k for k in start.params if trainable is None or k in trainable]
-    leaves = {k: start.params[k].detach().requires_grad_(True) for k in names}
-    params = {**{k: v.detach() for k, v in start.params.items()}, **leaves}
-    buffers = {k: v.clone() for k, v in start.buffers.items()}
-    function.model.train()
-    with FlopCount() as counter:
-        value = loss(function.bind(params, buffers), params, batch, consts)
-        if names:
-            torch.autograd.grad(value, [leaves[k] for k in names], allow_unused=True)
-    return counter.total
+        names = [k for k in start.params if self.trainable is None or k in self.trainable]
+        leaves = {k: start.params[k].detach().requires_grad_(True) for k in names}
+        params = {**{k: v.detach() for k, v in start.params.items()}, **leaves}
+        buffers = {k: v.clone() for k, v in start.buffers.items()}
+        self.function.model.train()
+        with FlopCount(trace=True) as counter:
+            value = self.loss(self.function.bind(params, buffers), params, batch, consts)
+            if names:
+                grads = torch.autograd.grad(value, [leaves[k] for k in names], allow_unused=True)
+                with torch.no_grad():
+                    self.update({k: g for k, g in zip(names, grads, strict=True) if g is not None},
+                                params, consts)  # fmt: skip
+        return counter.total, counter.ops
+
+    def update(self, grads: TensorDict, params: TensorDict, consts: TensorDict) -> None:
+        """What a step adds to plain SGD: clipping and step corrections (the update
+        ``p -= lr * b`` itself is not counted)."""
+        if self.max_grad_norm is not None and grads:
+            clip_gradients(grads, self.max_grad_norm)
+        trained = {k: params[k].detach().clone() for k in grads}
+        correct_(trained, consts, Schedule(lr=1.0))
 
 
 SMALL_STEP_ELEMENTS = 4_000_000

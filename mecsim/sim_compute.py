@@ -162,10 +162,7 @@ class Computing:
         consts = self.training.constants(task, state, start, payload, ctx)
         schedule = schedule_of(algorithm, task)
         flops = step_flops(self.training, client, task, schedule, start, consts, job.indices)
-        extra = self.training.extra_flops(task, start, consts, 2) - self.training.extra_flops(
-            task, start, consts, 1
-        )
-        return (flops + extra) / self.clients[client].device.flops_per_s
+        return flops / self.clients[client].device.flops_per_s
 
     def compute_seconds(self, client: int, flops: int) -> float:
         """Simulated seconds ``client``'s device takes for ``flops``."""

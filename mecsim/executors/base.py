@@ -25,7 +25,6 @@ from mecsim.algorithms.base import (
     RoundContext,
     Task,
     constants_of,
-    extra_flops_of,
     finish,
     loss_of,
     schedule_of,
@@ -38,7 +37,6 @@ from mecsim.models.catalog import ModelCatalog
 from mecsim.rng import torch_generator
 from mecsim.state import ModelState, Payload, TensorDict
 from mecsim.training import (
-    STEP_CORRECTION,
     Loss,
     ModelFunction,
     Schedule,
@@ -141,24 +139,6 @@ class TrainingContext:
             return base(forward, params, batch, own) + rho / 2 * proximal(params, anchor)
 
         return anchored_loss
-
-    def extra_flops(self, task: Task, start: ModelState, consts: TensorDict, steps: int) -> int:
-        """FLOPs no module meters: the algorithm's, 5 per anchored weight and step, 2 per
-        step-corrected weight and step (scale and subtract), and 3 per trained weight and
-        step of gradient clipping."""
-        anchored = sum(v.numel() for k, v in consts.items() if k.startswith(ANCHOR))
-        corrected = sum(v.numel() for k, v in consts.items() if k.startswith(STEP_CORRECTION))
-        flops = extra_flops_of(self.algorithm, task, start, steps)
-        flops += (5 * anchored + 2 * corrected) * steps
-        schedule = schedule_of(self.algorithm, task)
-        if schedule.max_grad_norm is not None and task.mode == "train":
-            trained = sum(
-                v.numel()
-                for k, v in start.params.items()
-                if schedule.trainable is None or k in schedule.trainable
-            )
-            flops += 3 * trained * steps  # square, sum and scale each gradient entry
-        return flops
 
 
 ANCHOR = "protocol-anchor/"
@@ -264,11 +244,10 @@ def run_tasks(
                 outcomes = train_many(batch)
             if task.mode == "train":
                 check_finite(task, batch.jobs, outcomes)
-            for i, start, const, outcome in zip(members, starts, consts, outcomes, strict=True):
+            for i, outcome in zip(members, outcomes, strict=True):
                 finish(algorithm, task, states[i], outcome, contexts[i])
                 result = results[i]
-                extra = 0 if computes else ctx.extra_flops(task, start, const, outcome.steps)
-                result.task_flops[task.name] = outcome.flops + extra
+                result.task_flops[task.name] = outcome.flops
                 result.task_steps[task.name] = outcome.steps
                 if task.uploads:
                     result.upload = algorithm.upload(states[i], contexts[i])
@@ -325,6 +304,7 @@ def step_flops(
         consts,
         shapes,
         schedule.trainable,
+        schedule.max_grad_norm,
     )
 
 

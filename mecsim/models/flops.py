@@ -20,11 +20,19 @@ import logging
 import sys
 from collections.abc import Hashable, Sequence
 from itertools import chain
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+
+from mecsim.models.elementwise import (
+    elementwise_flops,
+    is_priced,
+    op_name,
+    transform_flops,
+)
 
 
 class _TritonKernelType(type):
@@ -88,16 +96,25 @@ class FlopCount(TorchDispatchMode):
 
     Counted as ``FlopCounterMode`` counts them (multiply and add apart, so a
     ``Linear(10, 5)`` on one sample is 100): an op without a formula is first
-    decomposed, if it can be, and its parts counted.
+    decomposed, if it can be, and its parts counted. FFTs and vector products
+    are counted too (:func:`~mecsim.models.elementwise.transform_flops`).
+
+    With ``trace``, every other op is also written to ``ops`` as
+    :class:`TracedOp` (its element-wise price by
+    :func:`~mecsim.models.elementwise.elementwise_flops`, and the element counts
+    of its tensors), for :class:`~mecsim.cost.StepMeter` to tell weight-space
+    work from per-sample work.
     """
 
     @classmethod
     def _should_skip_dynamo(cls) -> bool:
         return False  # no Dynamo guard around __torch_dispatch__: nothing here is compiled
 
-    def __init__(self) -> None:
+    def __init__(self, trace: bool = False) -> None:
         super().__init__()
         self.total = 0
+        self.trace = trace
+        self.ops: list[TracedOp] = []
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
@@ -112,7 +129,27 @@ class FlopCount(TorchDispatchMode):
         formula = flop_registry.get(func._overloadpacket)
         if formula is not None:
             self.total += int(formula(*args, **kwargs, out_val=out))
+        elif (transform := transform_flops(func, args, kwargs, out)) is not None:
+            self.total += transform
+        elif self.trace:
+            sizes = tuple(t.numel() for t in tree_leaves((args, kwargs, out)) if _is_tensor(t))
+            cost = elementwise_flops(func, args, kwargs, out)
+            self.ops.append(TracedOp(op_name(func), sizes, cost, is_priced(func)))
         return out
+
+
+class TracedOp(NamedTuple):
+    """One op of a traced count: its name, its tensors' element counts (inputs, then
+    outputs), its element-wise FLOPs and whether a rule priced it (else it moves data)."""
+
+    name: str
+    sizes: tuple[int, ...]
+    flops: int
+    priced: bool
+
+
+def _is_tensor(value: object) -> bool:
+    return isinstance(value, torch.Tensor)
 
 
 def _architecture_key(model: nn.Module, input_shape: tuple[int, ...]) -> Hashable:
