@@ -13,9 +13,37 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 from mecsim.channels.fading import Fading
 from mecsim.channels.pathloss import LogDistancePathLoss
-from mecsim.channels.units import dbm_to_w
+from mecsim.channels.units import FloatOrArray, dbm_to_w
+
+
+def link_rate(
+    bandwidth_hz: FloatOrArray,
+    power_w: FloatOrArray,
+    gain: FloatOrArray,
+    path_gain: FloatOrArray,
+    noise_psd_w_hz: float,
+    interference_psd_w_hz: float = 0.0,
+    interference_w: FloatOrArray = 0.0,
+    spectral_efficiency: float | None = None,
+) -> tuple[FloatOrArray, FloatOrArray]:
+    """(rate bit/s, linear SINR) of links holding ``bandwidth_hz`` at ``power_w`` with fading
+    ``gain``: ``sinr = p |g|^2 h / ((N0 + I_psd) B + I_w)``, rate ``B log2(1 + sinr)`` (or
+    ``spectral_efficiency * B``). Floats or numpy arrays: the event engine calls it per
+    link and fading block, bulk rounds once for every client; an array's log2 is
+    ``math.log2`` of each entry, so both agree bit for bit."""
+    noise = (noise_psd_w_hz + interference_psd_w_hz) * bandwidth_hz
+    sinr = power_w * gain * path_gain / (noise + interference_w)
+    if spectral_efficiency is not None:
+        rate = spectral_efficiency * bandwidth_hz
+        return (np.broadcast_to(rate, np.shape(sinr)) if np.ndim(sinr) else rate), sinr
+    if isinstance(sinr, np.ndarray):
+        logs = np.fromiter(map(math.log2, (1.0 + sinr).ravel().tolist()), float, sinr.size)
+        return bandwidth_hz * logs.reshape(sinr.shape), sinr
+    return bandwidth_hz * math.log2(1.0 + sinr), sinr
 
 
 @dataclass(frozen=True)
@@ -48,11 +76,16 @@ class LinkBudget:
                 "need bandwidth_hz > 0, power_w >= 0, gain >= 0; "
                 f"got {bandwidth_hz}, {power_w}, {gain}"
             )
-        noise = (self.noise_psd_w_hz + self.interference_psd_w_hz) * bandwidth_hz
-        sinr = power_w * gain * self.path_gain / (noise + self.interference_w)
-        if self.spectral_efficiency is not None:
-            return self.spectral_efficiency * bandwidth_hz, sinr
-        return bandwidth_hz * math.log2(1.0 + sinr), sinr
+        return link_rate(  # type: ignore[return-value]
+            bandwidth_hz,
+            power_w,
+            gain,
+            self.path_gain,
+            self.noise_psd_w_hz,
+            self.interference_psd_w_hz,
+            self.interference_w,
+            self.spectral_efficiency,
+        )
 
 
 @dataclass(frozen=True)

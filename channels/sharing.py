@@ -27,11 +27,63 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from mecsim.channels.fading import Fading, NoFading
+from mecsim.channels.units import FloatOrArray
 
 RateFn = Callable[[float, float, float], tuple[float, float]]
 """``rate(bandwidth_hz, power_w, fading_gain) -> (rate_bps, sinr_linear)`` of one link."""
 
 _DONE = 1e-9  # a reception with less than this share of its bits left is complete
+
+
+# --- the fluid model's arithmetic, on floats (the engine) or arrays (bulk rounds) ---------
+def send_time(remaining_bits: FloatOrArray, rate_bps: FloatOrArray) -> FloatOrArray:
+    """Seconds to receive ``remaining_bits`` at ``rate_bps`` (inf where the rate is 0)."""
+    if isinstance(rate_bps, np.ndarray):
+        positive = rate_bps > 0
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            return np.where(positive, remaining_bits / np.where(positive, rate_bps, 1.0), math.inf)
+    return remaining_bits / rate_bps if rate_bps > 0 else math.inf
+
+
+def step_length(t: FloatOrArray, horizon: FloatOrArray) -> FloatOrArray:
+    """A step from ``t`` to ``horizon``, never negative."""
+    if isinstance(horizon, np.ndarray) or isinstance(t, np.ndarray):
+        return np.maximum(horizon - t, 0.0)
+    return max(horizon - t, 0.0)
+
+
+def finish_within(
+    t: FloatOrArray, need: FloatOrArray, step: FloatOrArray
+) -> tuple[FloatOrArray, FloatOrArray]:
+    """(end, seconds on the air) of a reception that needs ``need`` seconds and finishes
+    within the step of length ``step`` from ``t``."""
+    if isinstance(need, np.ndarray) or isinstance(step, np.ndarray):
+        air = np.minimum(need, step)
+    else:
+        air = min(need, step)
+    return t + air, air
+
+
+def mean_sinr_db(sinr_time: FloatOrArray, duration_s: FloatOrArray) -> FloatOrArray:
+    """Time-averaged SINR in dB over a reception: nan if it took no time, -inf with no
+    signal (``math.log10`` of each entry for arrays, so both paths agree bit for bit)."""
+    if not isinstance(duration_s, np.ndarray):
+        if duration_s <= 0:
+            return math.nan
+        mean = sinr_time / duration_s
+        return 10 * math.log10(mean) if mean > 0 else -math.inf
+    with np.errstate(over="ignore"):
+        means = (sinr_time / np.where(duration_s > 0, duration_s, 1.0)).tolist()
+    db = np.array([10 * math.log10(m) if m > 0 else -math.inf for m in means], dtype=float)
+    return np.where(duration_s > 0, db, math.nan)
+
+
+def effective_rate(bits: FloatOrArray, duration_s: FloatOrArray) -> FloatOrArray:
+    """Bits received / duration (0 for a reception that took no time)."""
+    if not isinstance(duration_s, np.ndarray):
+        return bits / duration_s if duration_s > 0 else 0.0
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        return np.where(duration_s > 0, bits / np.where(duration_s > 0, duration_s, 1.0), 0.0)
 
 
 class FadingTrack:
@@ -98,16 +150,11 @@ class Reception:
     @property
     def effective_rate_bps(self) -> float:
         """Bits received / duration (0 for a failed or empty reception)."""
-        d = self.duration_s
-        return self.bits / d if d > 0 and not self.failed else 0.0
+        return 0.0 if self.failed else effective_rate(self.bits, self.duration_s)
 
     @property
     def mean_sinr_db(self) -> float:
-        d = self.duration_s
-        if d <= 0:
-            return math.nan
-        mean = self.sinr_time / d
-        return 10 * math.log10(mean) if mean > 0 else -math.inf
+        return mean_sinr_db(self.sinr_time, self.duration_s)
 
     def cut(self, now: float) -> Reception:
         """This open reception cut off at ``now`` (its state advanced to ``now``): a closed
@@ -193,22 +240,22 @@ class SharedTransmitter:
                 finish = t
                 for r, rate, _ in rows:
                     horizon = min(horizon, r.next_boundary, r.deadline)
-                    finish = max(finish, t + r.remaining / rate if rate > 0 else math.inf)
+                    finish = max(finish, t + send_time(r.remaining, rate))
                 horizon = min(horizon, finish)
             if math.isinf(horizon):
                 raise PermanentOutage([r.client for _, rows in groups for r, _, _ in rows])
-            step = max(horizon - t, 0.0)
+            step = step_length(t, horizon)
             share_power = self.power_w / len(self.active)
             self.now = t + step
             tol = 1e-12 * max(1.0, abs(self.now))
             for tx, rows in groups:
                 tx.energy_j += share_power * step
                 for r, rate, sinr in rows:
-                    need = r.remaining / rate if rate > 0 else math.inf
+                    need = send_time(r.remaining, rate)
                     if need <= step + tol or r.remaining <= _DONE * r.bits:
-                        need = min(need, step)
-                        r.sinr_time += sinr * need
-                        r.remaining, r.end = 0.0, t + need
+                        end, air = finish_within(t, need, step)
+                        r.sinr_time += sinr * air
+                        r.remaining, r.end = 0.0, end
                         ended.append(r)
                         continue
                     r.remaining -= rate * step

@@ -14,7 +14,22 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 from mecsim.registry import Registry
+
+Number = float | np.ndarray
+
+
+def compute_seconds(flops: Number, flops_per_s: Number) -> Number:
+    """Seconds a device of ``flops_per_s`` takes for ``flops`` (floats, or arrays in bulk
+    rounds: one formula for both paths)."""
+    return flops / flops_per_s
+
+
+def energy_j(power_w: Number, seconds: Number) -> Number:
+    """Joules drawn at ``power_w`` for ``seconds`` (computing, sending or receiving)."""
+    return power_w * seconds
 
 
 @dataclass(frozen=True)
@@ -50,11 +65,11 @@ class DeviceProfile:
 
     def compute_time(self, flops: float) -> float:
         """Seconds to execute ``flops`` FLOPs."""
-        return flops / self.flops_per_s
+        return compute_seconds(flops, self.flops_per_s)
 
     def compute_energy(self, seconds: float) -> float:
         """Joules drawn while computing for ``seconds``."""
-        return self.power_w * seconds
+        return energy_j(self.power_w, seconds)
 
 
 DEVICES: Registry[DeviceProfile] = Registry("device", "clients.device")

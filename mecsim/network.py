@@ -42,12 +42,16 @@ from mecsim.channels import (
     dbm_to_w,
     make_fading,
 )
+from mecsim.channels.link import link_rate
 from mecsim.channels.sharing import (
     FadingTrack,
     PermanentOutage,
     Reception,
     SharedTransmitter,
     Transmission,
+    finish_within,
+    send_time,
+    step_length,
 )
 from mecsim.devices import DeviceProfile
 from mecsim.distributions import sample_attribute
@@ -161,18 +165,18 @@ class Network:
         power_w: np.ndarray | float,
         interference_psd_w_hz: float = 0.0,
     ) -> tuple[np.ndarray, np.ndarray]:
-        """(rate, SINR) per link at fading gain 1: :class:`LinkBudget`'s arithmetic in numpy,
-        operation for operation (``math.log2``), so it equals the engine's bit for bit. (Its
-        factor ``gain = 1.0`` and added ``interference_w = 0.0`` are exact, so left out.)"""
-        noise_psd = float(dbm_to_w(self.config.noise_psd_dbm_hz))
-        noise = (noise_psd + interference_psd_w_hz) * bandwidth_hz
-        sinr = power_w * path_gain / noise
-        efficiency = self.channel.spectral_efficiency
-        if efficiency is not None:
-            rate = efficiency * np.asarray(bandwidth_hz, dtype=float)
-            return np.broadcast_to(rate, sinr.shape), sinr
-        logs = np.fromiter(map(math.log2, (1.0 + sinr).tolist()), float, len(sinr))
-        return bandwidth_hz * logs, sinr
+        """(rate, SINR) per link at fading gain 1, no interference power: the engine's
+        :func:`~mecsim.channels.link.link_rate` on arrays."""
+        return link_rate(  # type: ignore[return-value]
+            bandwidth_hz,
+            power_w,
+            1.0,
+            path_gain,
+            float(dbm_to_w(self.config.noise_psd_dbm_hz)),
+            interference_psd_w_hz,
+            0.0,
+            self.channel.spectral_efficiency,
+        )
 
     def _mean_rates(
         self, bandwidth_hz: np.ndarray | float, power_w: np.ndarray | float
@@ -335,17 +339,15 @@ class Network:
             rate = np.full_like(sinr, rate.min())
         if np.any(rate <= 0):
             return None
-        remaining = bits.astype(float)
-        need = remaining / rate
+        need = send_time(bits.astype(float), rate)
         start = np.broadcast_to(np.asarray(start, dtype=float), need.shape)
         # one step to the last finish; a broadcast's receivers share the step
         finish = np.maximum(start, start + need)
         if broadcast:
             finish = np.full_like(finish, finish.max(initial=-math.inf))
-        step = np.maximum(finish - start, 0.0)
-        need = np.minimum(need, step)
-        end = start + need
-        return ClosedForm(clients, bits, start.copy(), end, sinr * need, step)
+        step = step_length(start, finish)
+        end, air = finish_within(start, need, step)
+        return ClosedForm(clients, bits, start.copy(), end, sinr * air, step)
 
     def closed_form_broadcast(
         self, clients: Sequence[int], nbytes: int, start: float

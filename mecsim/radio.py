@@ -22,6 +22,8 @@ from mecsim.channels.sharing import (
     Reception,
     SharedTransmitter,
     Transmission,
+    effective_rate,
+    mean_sinr_db,
 )
 from mecsim.errors import ConfigError
 
@@ -74,17 +76,12 @@ class ClosedForm:
     @property
     def effective_rate_bps(self) -> np.ndarray:
         """Bits / duration, as :attr:`Reception.effective_rate_bps` (0 for an empty one)."""
-        d = self.duration_s
-        with np.errstate(divide="ignore", invalid="ignore"):
-            return np.where(d > 0, self.bits / np.where(d > 0, d, 1.0), 0.0)
+        return effective_rate(self.bits, self.duration_s)  # type: ignore[return-value]
 
     @property
     def mean_sinr_db(self) -> np.ndarray:
         """As :attr:`Reception.mean_sinr_db`: nan for an empty reception, -inf for no signal."""
-        d = self.duration_s
-        mean = (self.sinr_time / np.where(d > 0, d, 1.0)).tolist()
-        db = [10 * math.log10(m) if m > 0 else -math.inf for m in mean]
-        return np.where(d > 0, np.array(db, dtype=float), math.nan)
+        return mean_sinr_db(self.sinr_time, self.duration_s)  # type: ignore[return-value]
 
 
 class Radio:

@@ -79,7 +79,7 @@ class Computing:
             duration_s=elapsed,
             job=job,
             flops=done,
-            energy_j=self.clients[client].device.power_w * elapsed,
+            energy_j=self.clients[client].device.compute_energy(elapsed),
         )
 
     def compute_tasks(

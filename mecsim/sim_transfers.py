@@ -11,6 +11,7 @@ from mecsim.algorithms.base import (
     SERVER,
 )
 from mecsim.channels.sharing import Reception, Transmission
+from mecsim.devices import energy_j
 from mecsim.process import Process
 from mecsim.radio import Delivery
 from mecsim.state import Payload, by_identity, payload_nbytes
@@ -148,7 +149,7 @@ class Transfers:
             direction=direction,
             role="receiver" if direction == "down" else "sender",
             nbytes=0 if r.failed else nbytes,
-            energy_j=power_w * r.duration_s,
+            energy_j=energy_j(power_w, r.duration_s),
             rate_bps=r.effective_rate_bps,
             snr_db=r.mean_sinr_db,
         )

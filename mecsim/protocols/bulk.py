@@ -6,9 +6,21 @@ drawn interference or shared uplink band; see
 downlink, every selected client does the same thing: receive the broadcast,
 run its tasks, upload. Each activity's times then follow in closed form from
 the one before (:meth:`~mecsim.network.Network.closed_form_broadcast`,
-``flops / FLOP/s``, :meth:`~mecsim.network.Network.closed_form_uploads`), so
-this module computes them for all clients at once and records the rows the
-per-client processes would have recorded, in the order they would have:
+:func:`~mecsim.devices.compute_seconds`,
+:meth:`~mecsim.network.Network.closed_form_uploads`), so this module computes
+them for all clients at once and records the rows the per-client processes
+would have recorded, in the order they would have.
+
+Timing lives in one place: every rate, duration and energy here comes from
+the functions the event engine calls, applied to arrays
+(:func:`~mecsim.channels.link.link_rate`; :func:`~mecsim.channels.sharing.send_time`,
+:func:`~mecsim.channels.sharing.step_length` and
+:func:`~mecsim.channels.sharing.finish_within`, the steps of
+:meth:`SharedTransmitter.advance <mecsim.channels.sharing.SharedTransmitter.advance>`;
+:func:`~mecsim.devices.compute_seconds`, :func:`~mecsim.devices.energy_j`;
+:func:`~mecsim.channels.sharing.mean_sinr_db`,
+:func:`~mecsim.channels.sharing.effective_rate`). What only this module does
+is the ordering:
 
 * The engine orders simultaneous events by when they were scheduled (SimPy's
   event id). When no two client events of the round share a time, that is
@@ -37,6 +49,7 @@ import numpy as np
 
 from mecsim.algorithms.base import SERVER, Upload
 from mecsim.channels.sharing import PermanentOutage
+from mecsim.devices import compute_seconds, energy_j
 from mecsim.errors import ConfigError
 from mecsim.executors import JobResult
 from mecsim.gc_pause import paused_gc
@@ -151,13 +164,13 @@ class _BulkRound:
             fired[:1],
             _row(self.round, SERVER, "downlink-send", "down", "sender", t0, tx_end),
             bytes=int(down.bits[0]) // 8,
-            energy_j=self.sim.network.server_tx_power_w * float(down.step[0]),
+            energy_j=energy_j(self.sim.network.server_tx_power_w, float(down.step[0])),
         )
         downloads = self.rows.add(
             fired[1:],
             _row(self.round, clients, "download", "down", "receiver", down.start, down.end),
             bytes=down.bits // 8,
-            energy_j=self.devices["rx_power_w"][clients] * down.duration_s,
+            energy_j=energy_j(self.devices["rx_power_w"][clients], down.duration_s),
             rate_bps=down.effective_rate_bps,
             snr_db=down.mean_sinr_db,
         )
@@ -179,7 +192,7 @@ class _BulkRound:
             ran = flops >= 0  # -1: the job did not run the task
             if not ran.any():
                 continue
-            seconds = flops[ran] / flops_per_s[ran]
+            seconds = compute_seconds(flops[ran], flops_per_s[ran])
             start = now[ran]
             end = start + seconds
             computed = self.rows.add(
@@ -187,7 +200,7 @@ class _BulkRound:
                 _row(self.round, clients[ran], f"compute:{task.name}", "none", "none", start, end),
                 duration_s=seconds,
                 flops=flops[ran],
-                energy_j=power_w[ran] * seconds,
+                energy_j=energy_j(power_w[ran], seconds),
             )
             self.links.append((computed, last[ran]))
             now[ran], last[ran] = end, computed
@@ -217,7 +230,7 @@ class _BulkRound:
             done,
             _row(self.round, clients, "upload", "up", "sender", up.start, up.end),
             bytes=nbytes,
-            energy_j=sim.network.link_constants()["tx_power_w"][clients] * up.duration_s,
+            energy_j=energy_j(sim.network.link_constants()["tx_power_w"][clients], up.duration_s),
             rate_bps=up.effective_rate_bps,
             snr_db=up.mean_sinr_db,
         )
