@@ -167,16 +167,9 @@ class Network:
     ) -> tuple[np.ndarray, np.ndarray]:
         """(rate, SINR) per link at fading gain 1, no interference power: the engine's
         :func:`~mecsim.channels.link.link_rate` on arrays."""
-        return link_rate(  # type: ignore[return-value]
-            bandwidth_hz,
-            power_w,
-            1.0,
-            path_gain,
-            float(dbm_to_w(self.config.noise_psd_dbm_hz)),
-            interference_psd_w_hz,
-            0.0,
-            self.channel.spectral_efficiency,
-        )
+        noise_psd = float(dbm_to_w(self.config.noise_psd_dbm_hz))
+        return link_rate(bandwidth_hz, power_w, 1.0, path_gain, noise_psd,  # type: ignore[return-value]
+                         interference_psd_w_hz, 0.0, self.channel.spectral_efficiency)  # fmt: skip
 
     def _mean_rates(
         self, bandwidth_hz: np.ndarray | float, power_w: np.ndarray | float
