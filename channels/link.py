@@ -69,8 +69,11 @@ class LinkBudget:
     interference_w: float = 0.0
     spectral_efficiency: float | None = None
 
-    def __call__(self, bandwidth_hz: float, power_w: float, gain: float) -> tuple[float, float]:
-        """(rate bit/s, linear SINR) holding ``bandwidth_hz`` at ``power_w`` with fading ``gain``."""
+    def __call__(
+        self, bandwidth_hz: float, power_w: float, gain: float, heard_w: float = 0.0
+    ) -> tuple[float, float]:
+        """(rate bit/s, linear SINR) holding ``bandwidth_hz`` at ``power_w`` with fading
+        ``gain``, hearing ``heard_w`` W of interference from other cells besides its own."""
         if bandwidth_hz <= 0 or power_w < 0 or gain < 0:
             raise ValueError(
                 "need bandwidth_hz > 0, power_w >= 0, gain >= 0; "
@@ -83,7 +86,7 @@ class LinkBudget:
             self.path_gain,
             self.noise_psd_w_hz,
             self.interference_psd_w_hz,
-            self.interference_w,
+            self.interference_w + heard_w if heard_w else self.interference_w,
             self.spectral_efficiency,
         )
 

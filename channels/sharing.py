@@ -176,6 +176,8 @@ class Transmission:
     start: float = 0.0
     energy_j: float = 0.0
     end: float | None = None
+    via: SharedTransmitter | None = field(default=None, repr=False)
+    """The transmitter it goes out on, when several share a medium."""
 
     @property
     def open(self) -> bool:
@@ -206,8 +208,11 @@ class SharedTransmitter:
         else:
             transmission.end = self.now
 
-    def _rates(self) -> list[tuple[Transmission, list[tuple[Reception, float, float]]]]:
-        """Per active transmission: (reception, rate, sinr) of each of its open receptions."""
+    def _rates(
+        self, heard: Callable[[Reception], float] | None = None
+    ) -> list[tuple[Transmission, list[tuple[Reception, float, float]]]]:
+        """Per active transmission: (reception, rate, sinr) of each of its open receptions;
+        ``heard(reception)``: the interference it hears from other transmitters, W."""
         share = self.bandwidth_hz / len(self.active)
         power = self.power_w / len(self.active)
         out = []
@@ -215,7 +220,11 @@ class SharedTransmitter:
             rows = []
             for r in tx.receptions:
                 if r.open:
-                    rate, sinr = r.rate(share, power, r.track.gain(r.block))
+                    gain = r.track.gain(r.block)
+                    if heard is None:
+                        rate, sinr = r.rate(share, power, gain)
+                    else:
+                        rate, sinr = r.rate(share, power, gain, heard(r))  # type: ignore[call-arg]
                     rows.append((r, rate if sinr >= r.min_sinr else 0.0, sinr))
             if tx.worst and rows:
                 lowest = min(rate for _, rate, _ in rows)
@@ -234,42 +243,63 @@ class SharedTransmitter:
         ended: list[Reception] = []
         while self.active and self.now < until:
             t = self.now
-            groups = self._rates()
-            horizon = until
-            for _, rows in groups:
-                finish = t
-                for r, rate, _ in rows:
-                    horizon = min(horizon, r.next_boundary, r.deadline)
-                    finish = max(finish, t + send_time(r.remaining, rate))
-                horizon = min(horizon, finish)
+            groups, horizon = self.plan(until)
             if math.isinf(horizon):
                 raise PermanentOutage([r.client for _, rows in groups for r, _, _ in rows])
-            step = step_length(t, horizon)
-            share_power = self.power_w / len(self.active)
-            self.now = t + step
-            tol = 1e-12 * max(1.0, abs(self.now))
-            for tx, rows in groups:
-                tx.energy_j += share_power * step
-                for r, rate, sinr in rows:
-                    need = send_time(r.remaining, rate)
-                    if need <= step + tol or r.remaining <= _DONE * r.bits:
-                        end, air = finish_within(t, need, step)
-                        r.sinr_time += sinr * air
-                        r.remaining, r.end = 0.0, end
-                        ended.append(r)
-                        continue
-                    r.remaining -= rate * step
-                    r.sinr_time += sinr * step
-                    if self.now >= r.deadline - tol:
-                        r.end, r.failed = self.now, True
-                        ended.append(r)
-                    elif self.now >= r.next_boundary - tol:
-                        r.block += 1
-                if not tx.open:
-                    tx.end = max(r.end for r in tx.receptions if r.end is not None)
-            self.active = [tx for tx in self.active if tx.open]
+            ended += self.apply(groups, t, step_length(t, horizon))
         if not math.isinf(until):
             self.now = max(self.now, until)
+        return ended
+
+    def plan(self, until: float, heard: Callable[[Reception], float] | None = None) -> tuple[
+        list[tuple[Transmission, list[tuple[Reception, float, float]]]], float
+    ]:  # fmt: skip
+        """The rates from now and the next change point (at most ``until``): the end of
+        the step :meth:`advance` takes (a :class:`~mecsim.channels.medium.Medium` takes the
+        earliest of its transmitters')."""
+        t = self.now
+        groups = self._rates(heard)
+        horizon = until
+        for _, rows in groups:
+            finish = t
+            for r, rate, _ in rows:
+                horizon = min(horizon, r.next_boundary, r.deadline)
+                finish = max(finish, t + send_time(r.remaining, rate))
+            horizon = min(horizon, finish)
+        return groups, horizon
+
+    def apply(
+        self,
+        groups: list[tuple[Transmission, list[tuple[Reception, float, float]]]],
+        t: float,
+        step: float,
+    ) -> list[Reception]:
+        """Advance from ``t`` by ``step`` at the rates of ``groups`` (from :meth:`plan`);
+        return the receptions that ended."""
+        ended: list[Reception] = []
+        share_power = self.power_w / len(self.active)
+        self.now = t + step
+        tol = 1e-12 * max(1.0, abs(self.now))
+        for tx, rows in groups:
+            tx.energy_j += share_power * step
+            for r, rate, sinr in rows:
+                need = send_time(r.remaining, rate)
+                if need <= step + tol or r.remaining <= _DONE * r.bits:
+                    end, air = finish_within(t, need, step)
+                    r.sinr_time += sinr * air
+                    r.remaining, r.end = 0.0, end
+                    ended.append(r)
+                    continue
+                r.remaining -= rate * step
+                r.sinr_time += sinr * step
+                if self.now >= r.deadline - tol:
+                    r.end, r.failed = self.now, True
+                    ended.append(r)
+                elif self.now >= r.next_boundary - tol:
+                    r.block += 1
+            if not tx.open:
+                tx.end = max(r.end for r in tx.receptions if r.end is not None)
+        self.active = [tx for tx in self.active if tx.open]
         return ended
 
     def clone(self) -> SharedTransmitter:
