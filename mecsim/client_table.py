@@ -2,8 +2,9 @@
 traces instead of distributions.
 
 Columns (each optional but at least one): ``distance_m``, ``bandwidth_mhz``,
-``tx_power_dbm``, ``device`` (a registered device name) and, in cost-only
-runs, ``num_samples``; an optional ``client`` column (0..N-1) orders the rows.
+``tx_power_dbm``, ``device`` (a registered device name), ``x_m`` and ``y_m``
+(a position, both or neither) and, in cost-only runs, ``num_samples``; an
+optional ``client`` column (0..N-1) orders the rows.
 One row per client: the table sets ``clients.count``. A column given replaces
 the scenario's value or distribution for that attribute; the others still
 come from the scenario.
@@ -26,6 +27,8 @@ RANGES = {
     "bandwidth_mhz": (0.0, 1e5, True),
     "tx_power_dbm": (-50.0, 60.0, False),
     "num_samples": (1.0, 1e9, False),
+    "x_m": (-1e6, 1e6, False),
+    "y_m": (-1e6, 1e6, False),
 }
 """(low, high, low exclusive) of each numeric column: physically sensible bounds."""
 COLUMNS = ("client", *RANGES, "device")
@@ -71,6 +74,8 @@ def _read(path: str, mtime_ns: int, size: int) -> pd.DataFrame:
             raise ValueError(f"{path}: unknown column {column!r}{hint}")
     if len(table) == 0 or not set(table.columns) - {"client"}:
         raise ValueError(f"{path}: give at least one row and one attribute column")
+    if ("x_m" in table) != ("y_m" in table):
+        raise ValueError(f"{path}: a position needs both columns x_m and y_m")
     if "client" in table:
         ids = pd.to_numeric(table["client"], errors="coerce")
         if sorted(ids.tolist()) != list(range(len(table))):

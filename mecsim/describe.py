@@ -73,8 +73,11 @@ def _default(field: FieldInfo) -> str:
 
 
 def _section_model(annotation: Any) -> type[BaseModel] | None:
-    """The settings table a field holds (None for a value or a distribution)."""
+    """The settings table a field holds, or a list of (``[[network.cells]]``); None for a
+    value or a distribution."""
     for candidate in types_in(annotation):
+        if typing.get_origin(candidate) is list:
+            candidate = typing.get_args(candidate)[0]
         if (
             isinstance(candidate, type)
             and issubclass(candidate, BaseModel)

@@ -20,6 +20,10 @@ simulator asks it and records what it answers. The physics (see docs/design.md,
   stream ``(seed, "fading", direction, client, job, attempt)``; below
   ``network.min_snr_db`` a block carries nothing; a transfer unfinished after
   ``network.max_transfer_s`` fails and is retried ``network.retries`` times.
+* **Cells**: with several cells (``network.cells``) every cell's radio and every
+  client's uplink share one :class:`~mecsim.channels.medium.Medium`: a reception
+  hears the co-channel transmitters of other cells while they transmit, and each
+  cell broadcasts to the clients associated with it.
 * **Energy**: a client's transmit power over its upload; its receive power
   over its download; the server's power over each transmission, split like
   its band (the sum over transmissions is full power x busy time).
@@ -42,7 +46,7 @@ from mecsim.channels import (
     dbm_to_w,
     make_fading,
 )
-from mecsim.channels.link import link_rate
+from mecsim.channels.medium import Medium, Site
 from mecsim.channels.sharing import (
     FadingTrack,
     PermanentOutage,
@@ -56,6 +60,8 @@ from mecsim.channels.sharing import (
 from mecsim.devices import DeviceProfile
 from mecsim.distributions import sample_attribute
 from mecsim.errors import ConfigError
+from mecsim.geometry import Cell, co_channel
+from mecsim.link_checks import LinkChecks
 from mecsim.radio import Broadcast, ClosedForm, Delivery, Radio
 from mecsim.rng import numpy_rng
 
@@ -69,30 +75,37 @@ class ClientProfile:
 
     id: int
     distance_m: float
+    """To the client's cell."""
     bandwidth_hz: float
     tx_power_dbm: float
     device: DeviceProfile
+    cell: int = 0
+    """The cell it is associated with."""
+    x_m: float = math.nan
+    y_m: float = math.nan
+    """Its position (nan when the scenario places clients by distance only)."""
 
     @property
     def tx_power_w(self) -> float:
         return float(dbm_to_w(self.tx_power_dbm))
 
 
-MAX_TRANSFER_S = 1e9
-"""A transfer that takes longer than this (about 32 years) at its mean rate is a mistake."""
-MAX_BLOCKS = 1e6
-"""Most fading blocks one transfer may span: each block is one step of the fluid engine."""
-RATE_SAMPLE = 1024
-"""Fading gains sampled to estimate a link's mean rate before the run."""
-
-
-class Network:
+class Network(LinkChecks):
     """Times uplink and downlink transfers for a fixed set of clients (see the module docstring)."""
 
-    def __init__(self, config: NetworkConfig, clients: Sequence[ClientProfile], seed: int) -> None:
+    def __init__(
+        self,
+        config: NetworkConfig,
+        clients: Sequence[ClientProfile],
+        seed: int,
+        cells: Sequence[Cell] | None = None,
+    ) -> None:
         self.config = config
         self.clients = list(clients)
         self.seed = seed
+        down = config.downlink
+        self.cells = list(cells or [Cell(0, 0.0, 0.0, down.bandwidth_mhz * 1e6,
+                                         float(dbm_to_w(down.tx_power_dbm)), "")])  # fmt: skip
         self.channel = ChannelModel(
             pathloss=LogDistancePathLoss(config.pathloss_db, config.reference_m, config.exponent),
             fading=make_fading(
@@ -103,8 +116,10 @@ class Network:
             noise_psd_dbm_hz=config.noise_psd_dbm_hz,
             spectral_efficiency=config.spectral_efficiency,
         )
-        self.server_bandwidth_hz = config.downlink.bandwidth_mhz * 1e6
-        self.server_tx_power_w = dbm_to_w(config.downlink.tx_power_dbm)
+        self.server_bandwidth_hz = self.cells[0].bandwidth_hz
+        self.server_tx_power_w = self.cells[0].tx_power_w
+        self.medium: Medium | None = None
+        """With several cells, every transmitter on one :class:`Medium` (interference)."""
         self.coherence_s = config.coherence_ms / 1e3
         self.min_sinr = 0.0 if config.min_snr_db is None else 10 ** (config.min_snr_db / 10)
         self.max_s = config.max_transfer_s or math.inf
@@ -123,159 +138,52 @@ class Network:
         self._constants: dict[str, np.ndarray] | None = None
         self._check_outage()
 
-    def _check_outage(self) -> None:
-        """Without fading or a deadline, a link below ``min_snr_db`` would never finish: say so
-        before the run starts (interference, drawn per transfer, is left out: best case)."""
-        if self.config.max_transfer_s is not None:
-            return
-        fading = not isinstance(self.channel.fading, NoFading)
-        const = self.link_constants()
-        down_rate, down = self._unit_gain(self.server_bandwidth_hz, self.server_tx_power_w)
-        up_rate, up = self._unit_gain(const["bandwidth_hz"], const["tx_power_w"])
-        sinr = np.minimum(up, down)
-        bad = np.flatnonzero(
-            (np.minimum(up_rate, down_rate) <= 0) | (~fading & (sinr < self.min_sinr))
-        )
-        if len(bad):  # the first such client
-            i = int(bad[0])
-            c = self.clients[i]
-            if min(up_rate[i], down_rate[i]) <= 0:
-                raise ConfigError(
-                    "clients.distance_m",
-                    f"client {c.id}'s link carries no bits (SINR {sinr[i]:.3g}); "
-                    "move clients closer, raise their power or set network.max_transfer_s",
-                )
-            raise ConfigError(
-                "network.min_snr_db",
-                f"client {c.id}'s link never leaves outage ({10 * math.log10(sinr[i]):.1f}"
-                f" dB < {self.config.min_snr_db} dB, no fading); lower min_snr_db or set "
-                "network.max_transfer_s",
-            )
-
-    def _unit_gain(
-        self, bandwidth_hz: np.ndarray | float, power_w: np.ndarray | float
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """Every client's (rate, SINR) at fading gain 1, no interference."""
-        return self._static_rates(self.link_constants()["path_gain"], bandwidth_hz, power_w)
-
-    def _static_rates(
-        self,
-        path_gain: np.ndarray,
-        bandwidth_hz: np.ndarray | float,
-        power_w: np.ndarray | float,
-        interference_psd_w_hz: float = 0.0,
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """(rate, SINR) per link at fading gain 1, no interference power: the engine's
-        :func:`~mecsim.channels.link.link_rate` on arrays."""
-        noise_psd = float(dbm_to_w(self.config.noise_psd_dbm_hz))
-        return link_rate(bandwidth_hz, power_w, 1.0, path_gain, noise_psd,  # type: ignore[return-value]
-                         interference_psd_w_hz, 0.0, self.channel.spectral_efficiency)  # fmt: skip
-
-    def _mean_rates(
-        self, bandwidth_hz: np.ndarray | float, power_w: np.ndarray | float
-    ) -> np.ndarray:
-        """Every client's :meth:`mean_rate` (numpy without fading)."""
-        if isinstance(self.channel.fading, NoFading):
-            rate, sinr = self._unit_gain(bandwidth_hz, power_w)
-            return np.where(sinr >= self.min_sinr, rate, 0.0)
-        bandwidth = np.broadcast_to(bandwidth_hz, len(self.clients))
-        power = np.broadcast_to(power_w, len(self.clients))
-        return np.array(
-            [
-                self.mean_rate(c, b, p)
-                for c, b, p in zip(self.clients, bandwidth, power, strict=True)
-            ]
-        )
-
-    def mean_rate(self, client: ClientProfile, bandwidth_hz: float, power_w: float) -> float:
-        """A link's mean rate over fading blocks, counting outage blocks as carrying nothing
-        (a fixed sample of :data:`RATE_SAMPLE` gains; interference left out: best case)."""
-        budget = self.channel.budget(client.distance_m)
-        rate, sinr = budget(bandwidth_hz, power_w, 1.0)
-        if isinstance(self.channel.fading, NoFading):
-            return rate if sinr >= self.min_sinr else 0.0
-        if self._gains is None:
-            rng = numpy_rng(self.seed, "fading", "check")
-            self._gains = np.array([self.channel.fading.draw(rng) for _ in range(RATE_SAMPLE)])
-        sinrs = sinr * self._gains
-        if self.channel.spectral_efficiency is not None:
-            rates = np.full_like(sinrs, rate)
-        else:
-            rates = bandwidth_hz * np.log2(1.0 + sinrs)
-        return float(np.mean(np.where(sinrs >= self.min_sinr, rates, 0.0)))
-
-    def check_transfer_times(self, nbytes: dict[int, int], what: str) -> None:
-        """Refuse, before the run, transfers of ``nbytes[client]`` that cannot be simulated:
-        longer than :data:`MAX_TRANSFER_S` at the link's mean rate (outage included),
-        spanning more than :data:`MAX_BLOCKS` fading blocks, in outage in every sampled
-        block with no ``max_transfer_s``, or (without fading) failing at every client
-        because each outlasts ``network.max_transfer_s``."""
-        fading = not isinstance(self.channel.fading, NoFading)
-        const = self.link_constants()
-        rate = np.minimum(
-            self._mean_rates(const["bandwidth_hz"], const["tx_power_w"]),
-            self._mean_rates(self.server_bandwidth_hz, self.server_tx_power_w),
-        )
-        size = np.zeros(len(self.clients), dtype=np.int64)  # clients are 0..n-1 (link_constants)
-        size[list(nbytes)] = list(nbytes.values())
-        moves = np.flatnonzero(size)  # the clients that move something, in id order
-        rate, size = rate[moves], size[moves]
-        with np.errstate(divide="ignore"):
-            seconds = np.where(rate > 0, 8 * size / np.where(rate > 0, rate, 1.0), np.inf)
-        blocks = np.minimum(seconds, self.max_s) / self.coherence_s
-        problems = np.zeros(len(moves), dtype=bool)
-        if self.config.max_transfer_s is None:
-            problems |= (rate <= 0) | (seconds > MAX_TRANSFER_S)
-        if fading:
-            problems |= blocks > MAX_BLOCKS
-        if problems.any():  # the first client with a problem, as a loop over clients finds it
-            k = int(np.argmax(problems))
-            self._refuse_transfer(int(moves[k]), int(size[k]), float(rate[k]), what)
-        if not fading and len(seconds) and seconds.min() > self.max_s:
-            raise ConfigError(
-                "network.max_transfer_s",
-                f"every client needs at least {seconds.min():.3g} s to move {what}, longer than "
-                f"max_transfer_s = {self.config.max_transfer_s}: every transfer would fail; "
-                "raise it or improve the links",
-            )
-
-    def _refuse_transfer(self, client: int, nbytes: int, rate: float, what: str) -> None:
-        """The error of :meth:`check_transfer_times` for ``client``'s first failing check."""
-        if rate <= 0 and self.config.max_transfer_s is None:
-            raise ConfigError(
-                "network.min_snr_db",
-                f"client {client}'s link is in outage in all of {RATE_SAMPLE} sampled fading "
-                "blocks: its transfers would never finish; lower min_snr_db, move clients "
-                "closer or set network.max_transfer_s",
-            )
-        seconds = 8 * nbytes / rate if rate > 0 else math.inf
-        if seconds > MAX_TRANSFER_S and self.config.max_transfer_s is None:
-            raise ConfigError(
-                "clients.distance_m",
-                f"client {client} would need {seconds:.3g} s to move {what} "
-                f"({nbytes} bytes) at its mean rate ({rate:.3g} bit/s); move clients "
-                "closer, raise their power or bandwidth, or check network.exponent",
-            )
-        blocks = min(seconds, self.max_s) / self.coherence_s
-        raise ConfigError(
-            "network.coherence_ms",
-            f"client {client}'s transfer of {what} would span {blocks:.3g} fading blocks "
-            f"(at most {MAX_BLOCKS:.0e}); raise network.coherence_ms to at least "
-            f"{1e3 * min(seconds, self.max_s) / MAX_BLOCKS:.3g} or improve the link",
-        )
-
     def bind(self, env: simpy.Environment) -> None:
         """Attach the network to the run's event clock (the simulator calls this)."""
         self.env = env
-        self._server = Radio(
-            env, SharedTransmitter(self.server_bandwidth_hz, self.server_tx_power_w)
-        )
+        if len(self.cells) > 1:
+            self.medium = self._medium()
+            self._server = Radio(env, self.medium)  # type: ignore[arg-type]
+        else:
+            self._server = Radio(
+                env, SharedTransmitter(self.server_bandwidth_hz, self.server_tx_power_w)
+            )
         self._cell = (
             None
             if self.cell_hz is None
             else simpy.Container(env, capacity=round(self.cell_hz), init=round(self.cell_hz))
         )
         self._open: dict[tuple, Broadcast] = {}
+        self._live: dict[tuple, Reception] = {}  # uploads on the medium, by (client, key)
+
+    def _medium(self) -> Medium:
+        """Every cell's radio and every client's uplink on one medium (see
+        :mod:`mecsim.channels.medium`)."""
+        cells, clients, reuse = self.cells, self.clients, self.config.frequency_reuse
+        gain = self.channel.pathloss.gain
+
+        def receiver(site: Site, reception: Reception) -> tuple[float, float]:
+            at = clients[reception.client] if site.direction == "down" else cells[site.cell]
+            return at.x_m, at.y_m
+
+        medium = Medium(
+            lambda d: float(gain(d)),
+            lambda a, b: co_channel(cells[a], cells[b], reuse),
+            receiver,
+        )
+        self._radios = [
+            medium.add(SharedTransmitter(c.bandwidth_hz, c.tx_power_w), Site(c.x_m, c.y_m, c.id, "down"))
+            for c in cells
+        ]  # fmt: skip
+        self._uplinks = [
+            medium.add(SharedTransmitter(c.bandwidth_hz, c.tx_power_w), Site(c.x_m, c.y_m, c.cell, "up"))
+            for c in clients
+        ]  # fmt: skip
+        return medium
+
+    def cell_of(self, client: int) -> int:
+        """The cell ``client`` is associated with."""
+        return self.clients[client].cell
 
     # --- closed forms (bulk rounds) ------------------------------------------------------
     def closed_form_blocker(self) -> str | None:
@@ -288,6 +196,8 @@ class Network:
             return "network.max_transfer_s"
         if self.cell_hz is not None:
             return "network.uplink.total_bandwidth_mhz"
+        if len(self.cells) > 1:
+            return "network.cells (interference between cells)"
         for link in (self.config.uplink, self.config.downlink):
             if link.interference_w is not None or link.interference_dbm is not None:
                 return "interference drawn per transfer"
@@ -303,7 +213,9 @@ class Network:
                 "path_gain": np.array([float(gain(c.distance_m)) for c in self.clients]),
                 "bandwidth_hz": np.array([float(c.bandwidth_hz) for c in self.clients]),
                 "tx_power_w": np.array([c.tx_power_w for c in self.clients]),
-            }
+                "down_bandwidth_hz": np.array([self.cells[c.cell].bandwidth_hz for c in self.clients]),
+                "down_power_w": np.array([self.cells[c.cell].tx_power_w for c in self.clients]),
+            }  # fmt: skip
         return self._constants
 
     def _closed_form(
@@ -383,6 +295,8 @@ class Network:
     def server_busy(self) -> bool:
         """Whether a transmission is on the server's radio now (its state advanced to now)."""
         self._server._sync()
+        if self.medium is not None:
+            return any(radio.active for radio in self._radios)
         return bool(self._server.tx.active)
 
     # --- link budgets ------------------------------------------------------------------
@@ -429,29 +343,45 @@ class Network:
         receptions = {
             c: self._reception("down", c, n, key) for c, n in sorted(nbytes.items()) if n > 0
         }
-        if broadcast and receptions:
-            size = max(nbytes.values())
-            joined = self._open.get(join) if join is not None else None
-            if joined is not None and joined.transmission.start == self.env.now:
-                self._server.start([], [(joined.transmission, list(receptions.values()))])
-            else:
-                transmission = Transmission(list(receptions.values()), worst)
+        opened = False  # a new broadcast forgets those of other keys (one open at a time)
+        for cell, members in self._by_cell(receptions).items():
+            via = self._radios[cell] if self.medium is not None else None
+            if broadcast:
+                size = max(nbytes[c] for c in members)
+                joined = self._open.get((join, cell)) if join is not None else None
+                if joined is not None and joined.transmission.start == self.env.now:
+                    self._server.start([], [(joined.transmission, list(members.values()))])
+                    continue
+                transmission = Transmission(list(members.values()), worst, via=via)
                 self._server.start([transmission])
-                joined = Broadcast(transmission, size, self._server.event_of(transmission))
-                self._open = {join: joined} if join is not None else {}
+                joined = Broadcast(transmission, size, self._server.event_of(transmission), cell)
+                self._open = self._open if opened else {}
+                opened = True
+                if join is not None:
+                    self._open[(join, cell)] = joined
                 started.append(joined)
-        elif receptions:
-            transmissions = {c: Transmission([r], worst) for c, r in receptions.items()}
-            self._server.start(list(transmissions.values()))
-            for c, transmission in transmissions.items():
-                done = self._server.event_of(transmission)
-                started.append(Broadcast(transmission, nbytes[c], done))
+            else:
+                transmissions = {c: Transmission([r], worst, via=via) for c, r in members.items()}
+                self._server.start(list(transmissions.values()))
+                for c, transmission in transmissions.items():
+                    done = self._server.event_of(transmission)
+                    started.append(Broadcast(transmission, nbytes[c], done, cell))
         for c, r in receptions.items():
             forecast = self._server.forecast(r)
             end = forecast.end if forecast.end is not None else math.inf
             event = self._server.event_of(r)
             deliveries[c] = Delivery(r, nbytes[c], key, event, end, forecast.failed)
         return deliveries, started
+
+    def _by_cell(self, receptions: dict[int, Reception]) -> dict[int, dict[int, Reception]]:
+        """``receptions`` grouped by the cell whose radio serves them (all in cell 0 with
+        one cell), in client order within each cell."""
+        if self.medium is None:
+            return {0: receptions} if receptions else {}
+        groups: dict[int, dict[int, Reception]] = {}
+        for c, r in receptions.items():
+            groups.setdefault(self.clients[c].cell, {})[c] = r
+        return dict(sorted(groups.items()))
 
     # --- uplink -----------------------------------------------------------------------
     def upload(
@@ -471,6 +401,13 @@ class Network:
         granted = self.env.now
         if on_grant is not None:
             on_grant(granted)
+        if self.medium is not None:  # on the air with every other transmitter
+            reception = self._reception("up", client, nbytes, key)
+            self._live[(client, key)] = reception
+            self._server.start([Transmission([reception], via=self._uplinks[client])])
+            ended = yield self._server.event_of(reception)
+            del self._live[(client, key)]
+            return granted, ended
         reception = self.upload_progress(client, nbytes, key, granted, math.inf)
         assert reception.end is not None
         yield self.env.timeout(reception.end - granted)
@@ -482,7 +419,11 @@ class Network:
         self, client: int, nbytes: int, key: tuple, granted: float, until: float
     ) -> Reception:
         """The upload :meth:`upload` started at ``granted``, as it stands at ``until`` (the
-        same seeded fading and interference, so the same bits): open if unfinished."""
+        same seeded fading and interference, so the same bits): open if unfinished. On a
+        medium: the upload on the air, as it stands now."""
+        if self.medium is not None:
+            self._server._sync()
+            return self._live[(client, key)]
         profile = self.clients[client]
         reception = self._reception("up", client, nbytes, key)
         transmitter = SharedTransmitter(profile.bandwidth_hz, profile.tx_power_w)

@@ -78,6 +78,26 @@ class DownlinkConfig(LinkConfig):
     )
 
 
+class CellConfig(Section):
+    """A cell of ``[[network.cells]]``, numbered 0, 1, ... in order: a base station.
+
+    Each client associates with the cell it receives strongest (see
+    :mod:`mecsim.geometry`); its edge server runs on ``device``.
+    """
+
+    x_m: float = Field(ge=-1e6, le=1e6, description="base station position, m (east)")
+    y_m: float = Field(ge=-1e6, le=1e6, description="base station position, m (north)")
+    bandwidth_mhz: float | None = Field(
+        default=None, gt=0, le=1e5, description="its downlink band (default network.downlink's)"
+    )
+    tx_power_dbm: float | None = Field(
+        default=None, ge=-50, le=80, description="its transmit power (default network.downlink's)"
+    )
+    device: str | None = Field(
+        default=None, description="its edge server's device (default server.device)"
+    )
+
+
 class NetworkConfig(Section):
     """Path loss, fading, noise and rate model (defaults: KAPC Table 4).
 
@@ -123,6 +143,18 @@ class NetworkConfig(Section):
     retries: int = Field(default=0, ge=0, le=100, description="attempts after a failed transfer")
     uplink: UplinkConfig = UplinkConfig()
     downlink: DownlinkConfig = DownlinkConfig()
+    cells: list[CellConfig] = Field(
+        default_factory=list,
+        description="[[network.cells]]: base stations with edge servers (default: one cell, "
+        "clients at clients.distance_m); needs client positions (clients.x_m, clients.y_m)",
+    )
+    frequency_reuse: int = Field(
+        default=1,
+        ge=1,
+        le=64,
+        description="reuse factor K: cells i and j share a channel (and interfere) when "
+        "i mod K = j mod K; 1: every cell co-channel",
+    )
 
     @model_validator(mode="after")
     def _preset(self) -> NetworkConfig:

@@ -54,6 +54,8 @@ class Broadcast:
     transmission: Transmission
     nbytes: int
     done: simpy.Event
+    cell: int = 0
+    """The cell whose radio sends it."""
 
 
 @dataclass

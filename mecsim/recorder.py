@@ -61,6 +61,11 @@ class Recorder:
         self._count = 0
         self._frame: pd.DataFrame | None = None
         self._rounds: list[dict[str, Any]] = []
+        self.cells: list[int] | None = None
+        """Each client's cell, in a run with several cells: the events table then gains a
+        ``cell`` column (the client's cell; a cell's radio for its sends; -1 for the
+        server's other rows)."""
+        self._cells: list[int] = []
 
     def __len__(self) -> int:
         """Event rows recorded so far."""
@@ -83,11 +88,15 @@ class Recorder:
         energy_j: float = 0.0,
         rate_bps: float = float("nan"),
         snr_db: float = float("nan"),
+        cell: int | None = None,
     ) -> None:
         """Record one activity (times in simulated seconds; ``duration_s`` defaults to
-        ``t_end - t_start``)."""
+        ``t_end - t_start``; ``cell`` for a cell's radio's sends)."""
         if job is None:
             job = -1 if client == SERVER else round_
+        if self.cells is not None:
+            self._cells.append(cell if client == SERVER and cell is not None else
+                               -1 if client == SERVER else self.cells[client])  # fmt: skip
         if not self._segments or self._segments[-1] is not self._events:
             self._events = []
             self._segments.append(self._events)
@@ -115,6 +124,7 @@ class Recorder:
     def extend(self, columns: dict[str, np.ndarray]) -> None:
         """Record many rows at once: one array per column of :data:`EVENT_COLUMNS`."""
         n = len(columns["round"])
+        assert self.cells is None, "bulk rounds run with one cell"
         if n:
             self._segments.append({name: columns[name] for name in EVENT_COLUMNS})
             self._count += n
@@ -155,6 +165,8 @@ class Recorder:
                 columns[name] = pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
             self._frame = pd.DataFrame(columns, copy=False)
             self._segments = [self._frame]
+        if self.cells is not None and "cell" not in self._frame:
+            self._frame["cell"] = np.asarray(self._cells, dtype=np.int64)
         return self._frame
 
     def rounds(self) -> pd.DataFrame:

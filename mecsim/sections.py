@@ -156,6 +156,12 @@ class ClientsConfig(Section):
     distance_m: NumberAttr = Field(
         default=Uniform(low=100, high=500), description="each client's distance to the server, m"
     )
+    x_m: NumberAttr | None = Field(
+        default=None,
+        description="each client's position east, m (with y_m: distances from positions, "
+        "clients associate with cells; default: clients.distance_m from one cell)",
+    )
+    y_m: NumberAttr | None = Field(default=None, description="each client's position north, m")
     device: NameAttr = Field(
         default="phone-mid", description="each client's compute device (mecsim list devices)"
     )
@@ -165,8 +171,8 @@ class ClientsConfig(Section):
     )
     table: str | None = Field(
         default=None,
-        description="CSV of per-client distance_m, bandwidth_mhz, tx_power_dbm, device and "
-        "(cost-only) num_samples, one row per client; its columns replace the values above "
+        description="CSV of per-client distance_m (or x_m and y_m), bandwidth_mhz, "
+        "tx_power_dbm, device and (cost-only) num_samples, one row per client; its columns replace the values above "
         "and its rows set count (a relative path is read from the scenario file's folder)",
     )
 
@@ -178,6 +184,18 @@ class ClientsConfig(Section):
 
             read_client_table(table)  # a ValueError names the file, the client and the column
         return table
+
+    @model_validator(mode="after")
+    def _position(self) -> ClientsConfig:
+        if (self.x_m is None) != (self.y_m is None):
+            missing = "y_m" if self.y_m is None else "x_m"
+            raise ValueError(f"positions need both x_m and y_m; set {missing} too")
+        if self.x_m is not None and "distance_m" in self.model_fields_set:
+            raise ValueError(
+                "set positions (x_m, y_m) or distance_m, not both: with positions, "
+                "distances are measured to the cells"
+            )
+        return self
 
     @model_validator(mode="after")
     def _table(self) -> ClientsConfig:

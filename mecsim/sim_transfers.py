@@ -55,17 +55,25 @@ class Transfers:
         """Start the server's transmission(s) now; each is recorded when it ends."""
         deliveries, started = self.network.downlink(nbytes, key, broadcast, join)
         for sent in started:
-            tx, n = sent.transmission, sent.nbytes
-            token = self._begin(lambda tx=tx, n=n: self._record_send(round_, phase, n, tx))
+            tx, n, cell = sent.transmission, sent.nbytes, sent.cell
+            token = self._begin(
+                lambda tx=tx, n=n, cell=cell: self._record_send(round_, phase, n, tx, cell=cell)
+            )
             sent.done.callbacks.append(
-                lambda event, n=n, token=token: self._record_send(
-                    round_, phase, n, event.value, token
+                lambda event, n=n, token=token, cell=cell: self._record_send(
+                    round_, phase, n, event.value, token, cell
                 )
             )
         return deliveries
 
     def _record_send(
-        self, round_: int, phase: str, nbytes: int, t: Transmission, token: int | None = None
+        self,
+        round_: int,
+        phase: str,
+        nbytes: int,
+        t: Transmission,
+        token: int | None = None,
+        cell: int = 0,
     ) -> None:
         """Record the server's transmission ``t`` of ``nbytes``: ended, or (still open when
         the run ends) cut off now with the bytes its best receiver got and the energy of
@@ -86,6 +94,7 @@ class Transfers:
             role="sender",
             nbytes=nbytes,
             energy_j=t.energy_j,
+            cell=cell,
         )
 
     def download(self, round_: int, delivery: Delivery | None, job: int | None = None) -> Process:

@@ -111,6 +111,8 @@ class Simulation(Transfers, Computing):
         self.ledger = Ledger(keep=checkpointer is not None)
         """Payloads and job results processes hold across events (what a checkpoint saves)."""
         self.recorder = Recorder()
+        if len(network.cells) > 1:  # the events table says which cell each row is in
+            self.recorder.cells = [c.cell for c in self.clients]
         self.server_state_peak_bytes = 0
         """Largest server state (tensor bytes) held so far; see :func:`state_nbytes`."""
         self.server_state = algorithm.init_server_state()

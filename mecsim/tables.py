@@ -7,6 +7,7 @@ events table (:mod:`mecsim.analysis`), the clients table from the world's arrays
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from mecsim.evaluation import Evaluator
+from mecsim.network import ClientProfile
 from mecsim.newcomers import FixedModels, newcomer_states
 from mecsim.scenario import Scenario
 from mecsim.simulation import Simulation
@@ -69,6 +71,7 @@ def clients_frame(world: World, sim: Simulation, accuracies: list[float] | float
     return pd.DataFrame(
         {
             "client": column((c.id for c in clients), np.int64),
+            **positions(clients),
             "distance_m": column(c.distance_m for c in clients),
             "bandwidth_mhz": column(c.bandwidth_hz for c in clients) / 1e6,
             "tx_power_dbm": column(c.tx_power_dbm for c in clients),
@@ -91,6 +94,18 @@ def clients_frame(world: World, sim: Simulation, accuracies: list[float] | float
             "final_personal_acc": accuracies,
         }
     )
+
+
+def positions(clients: list[ClientProfile]) -> dict[str, np.ndarray]:
+    """Where each client is and which cell it is in (columns of the clients table when the
+    scenario places clients; none when it gives distances only)."""
+    if all(math.isnan(c.x_m) for c in clients):
+        return {}
+    return {
+        "x_m": np.array([c.x_m for c in clients]),
+        "y_m": np.array([c.y_m for c in clients]),
+        "cell": np.array([c.cell for c in clients], dtype=np.int64),
+    }
 
 
 def tabulate(

@@ -143,6 +143,7 @@ def _check_names(scenario: Scenario) -> list[Problem]:
             )
     problems += _check_positive(scenario)
     problems += _check_client_table(scenario)
+    problems += _check_cells(scenario)
     if scenario.clients.num_samples is not None and not scenario.execution.cost_only:
         problems.append(
             Problem("clients.num_samples", "only used with execution.cost_only = true; remove it")
@@ -209,6 +210,47 @@ def _check_client_table(scenario: Scenario) -> list[Problem]:
                 "clients.table",
                 f"{scenario.clients.table}: column num_samples is only used with "
                 "execution.cost_only = true (real runs count the partition); drop the column",
+            )
+        )
+    return problems
+
+
+def _check_cells(scenario: Scenario) -> list[Problem]:
+    """Cells need client positions; their devices exist; what several cells cannot do yet."""
+    cells, clients = scenario.network.cells, scenario.clients
+    table = None
+    if clients.table is not None:
+        from mecsim.client_table import read_client_table
+
+        table = read_client_table(clients.table)
+    placed = clients.x_m is not None or (table is not None and "x_m" in table)
+    problems = []
+    if cells and not placed:
+        problems.append(
+            Problem(
+                "network.cells",
+                "cells need client positions: set clients.x_m and clients.y_m (a value or a "
+                "distribution each) or give clients.table columns x_m and y_m",
+            )
+        )
+    if placed and table is not None and "distance_m" in table:
+        problems.append(
+            Problem("clients.table", "give positions (x_m, y_m) or distance_m, not both")
+        )
+    for i, cell in enumerate(cells):
+        if cell.device is not None and cell.device not in DEVICES:
+            allowed = ", ".join(DEVICES.names())
+            problems.append(
+                Problem(
+                    f"network.cells.{i}.device",
+                    f"unknown device {cell.device!r}; allowed: {allowed}",
+                )  # fmt: skip
+            )
+    if len(cells) > 1 and scenario.network.uplink.total_bandwidth_mhz is not None:
+        problems.append(
+            Problem(
+                "network.uplink.total_bandwidth_mhz",
+                "a finite uplink band is not modelled with several cells yet; remove it",
             )
         )
     return problems

@@ -9,6 +9,7 @@ each client's architecture, and the algorithm with its training context.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING
@@ -17,6 +18,7 @@ import numpy as np
 import torch
 
 from mecsim.algorithms import ALGORITHMS
+from mecsim.channels import LogDistancePathLoss, dbm_to_w
 from mecsim.client_table import out_of_range, range_text, read_client_table
 from mecsim.data import build_client_data, dataset_shape, load_dataset
 from mecsim.data.datasets import Dataset
@@ -29,9 +31,11 @@ from mecsim.evaluation import CurveEvaluator, Evaluator
 from mecsim.executors import TrainingContext
 from mecsim.executors.calibration import Calibration
 from mecsim.faults import Faults
+from mecsim.geometry import Cell, associate, distances
 from mecsim.models import build_model, forward_flops_per_sample
 from mecsim.models.catalog import Architecture, ModelCatalog
 from mecsim.network import ClientProfile, Network
+from mecsim.network_config import CellConfig, NetworkConfig
 from mecsim.rng import derive_seed, numpy_rng
 from mecsim.scenario import ClientsConfig, DataConfig, ModelConfig, Scenario
 from mecsim.state import payload_nbytes
@@ -41,8 +45,38 @@ if TYPE_CHECKING:
     pass
 
 
-def build_clients(cfg: ClientsConfig, seed: int) -> list[ClientProfile]:
-    """Sample each client's radio and device from the ``[clients]`` attribute streams."""
+def build_cells(cfg: NetworkConfig, server_device: str) -> list[Cell]:
+    """The cells of ``[[network.cells]]`` (unset keys from ``[network.downlink]`` and
+    ``server.device``), or the one cell at the origin every scenario without them has."""
+    down = cfg.downlink
+    given = cfg.cells or [CellConfig(x_m=0.0, y_m=0.0)]
+    return [
+        Cell(
+            id=i,
+            x_m=c.x_m,
+            y_m=c.y_m,
+            bandwidth_hz=(down.bandwidth_mhz if c.bandwidth_mhz is None else c.bandwidth_mhz) * 1e6,
+            tx_power_w=float(dbm_to_w(down.tx_power_dbm if c.tx_power_dbm is None else c.tx_power_dbm)),
+            device=server_device if c.device is None else c.device,
+        )
+        for i, c in enumerate(given)
+    ]  # fmt: skip
+
+
+def build_links(sc: Scenario) -> tuple[list[ClientProfile], Network]:
+    """The cells, the clients placed among them, and the network (which checks the links)."""
+    net = sc.network
+    cells = build_cells(net, sc.server.device)
+    pathloss = LogDistancePathLoss(net.pathloss_db, net.reference_m, net.exponent)
+    clients = build_clients(sc.clients, sc.seed, cells, pathloss)
+    return clients, Network(net, clients, sc.seed, cells)
+
+
+def build_clients(
+    cfg: ClientsConfig, seed: int, cells: list[Cell], pathloss: LogDistancePathLoss
+) -> list[ClientProfile]:
+    """Sample each client's radio and device from the ``[clients]`` attribute streams;
+    with positions, measure each client's distance to ``cells`` and associate it."""
     n = cfg.count
     table = read_client_table(cfg.table) if cfg.table is not None else {}
 
@@ -51,31 +85,47 @@ def build_clients(cfg: ClientsConfig, seed: int) -> list[ClientProfile]:
             return table[key].to_numpy()
         return sample_attribute(getattr(cfg, key), numpy_rng(seed, "clients", key), n)
 
-    distance, bandwidth = attribute("distance_m"), attribute("bandwidth_mhz")
-    power, device = attribute("tx_power_dbm"), attribute("device")
-    for key, values in (
-        ("distance_m", distance),
-        ("bandwidth_mhz", bandwidth),
-        ("tx_power_dbm", power),
-    ):
-        bad = out_of_range(key, values)
+    placed = "x_m" in table or cfg.x_m is not None
+    keys = [*(["x_m", "y_m"] if placed else ["distance_m"]), "bandwidth_mhz", "tx_power_dbm"]
+    values = {key: attribute(key) for key in keys}
+    for key in keys:
+        bad = out_of_range(key, values[key])
         if len(bad):
             raise ConfigError(
                 f"clients.{key}",
-                f"sampled {float(values[bad[0]]):g} for client {int(bad[0])}; every value must "
-                f"lie in {range_text(key)}: narrow the distribution",
+                f"sampled {float(values[key][bad[0]]):g} for client {int(bad[0])}; every value "
+                f"must lie in {range_text(key)}: narrow the distribution",
             )
+    device = attribute("device")
     devices = {name: DEVICES.get(name) for name in map(str, np.unique(device))}
+    x = np.asarray(values.get("x_m", np.full(n, math.nan)), float)
+    y = np.asarray(values.get("y_m", np.full(n, math.nan)), float)
+    cell = np.zeros(n, dtype=np.int64)
+    distance = values.get("distance_m")
+    if placed:
+        to_cells = distances(x, y, cells)
+        if (to_cells <= 0).any():
+            i, j = (int(k[0]) for k in np.nonzero(to_cells <= 0))
+            raise ConfigError(
+                "clients.x_m",
+                f"client {i} stands on cell {j}'s base station; no client may be at distance "
+                "0 from a cell: move it or the cell",
+            )
+        cell = associate(to_cells, cells, pathloss)
+        distance = to_cells[np.arange(n), cell]
     columns = zip(
         np.asarray(distance, float).tolist(),
-        (np.asarray(bandwidth, float) * 1e6).tolist(),
-        np.asarray(power, float).tolist(),
+        (np.asarray(values["bandwidth_mhz"], float) * 1e6).tolist(),
+        np.asarray(values["tx_power_dbm"], float).tolist(),
         map(str, np.asarray(device).tolist()),
+        cell.tolist(),
+        x.tolist(),
+        y.tolist(),
         strict=True,
     )
     return [
-        ClientProfile(id=i, distance_m=d, bandwidth_hz=b, tx_power_dbm=p, device=devices[name])
-        for i, (d, b, p, name) in enumerate(columns)
+        ClientProfile(i, d, b, p, devices[name], cell=k, x_m=px, y_m=py)
+        for i, (d, b, p, name, k, px, py) in enumerate(columns)
     ]
 
 
@@ -325,8 +375,7 @@ def build_world(sc: Scenario, torch_device: torch.device) -> World:
     """Build clients, links, data, partition, models and algorithm; every check that can
     refuse a scenario runs here, before any work (``validate`` calls this too)."""
     cost_only = sc.execution.cost_only
-    clients = build_clients(sc.clients, sc.seed)
-    network = Network(sc.network, clients, sc.seed)  # checks the links
+    clients, network = build_links(sc)
     faults = Faults(sc.faults, len(clients), sc.seed)  # reads and checks the trace
     data = build_data(sc, torch_device)
     num_train = [i.shape[0] for i in data.train]

@@ -28,7 +28,7 @@ FLOORS: list[tuple[str, ...]] = [
     ("mecsim.executors",),  # 3
     # 4: what the clock asks and records, and the reports computed from the tables
     (
-        "mecsim.network", "mecsim.network_config", "mecsim.radio", "mecsim.recorder", "mecsim.evaluation", "mecsim.faults",
+        "mecsim.network", "mecsim.network_config", "mecsim.link_checks", "mecsim.radio", "mecsim.recorder", "mecsim.evaluation", "mecsim.faults",
         "mecsim.newcomers", "mecsim.checkpoint", "mecsim.invariants", "mecsim.analysis",
     ),
     ("mecsim.protocols", "mecsim.simulation", "mecsim.scenario", "mecsim.sections", "mecsim.validation", "mecsim.sim_transfers", "mecsim.sim_compute"),  # 5: the clock

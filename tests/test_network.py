@@ -244,7 +244,8 @@ def test_transfer_time_limits_follow_the_closed_form_rate():
     """At 1 bit/s/Hz and 1 Hz a client moves 1 bit/s: 1.25e8 bytes take exactly 1e9 s."""
     from mecsim.devices import DEVICES
     from mecsim.errors import ConfigError
-    from mecsim.network import MAX_BLOCKS, MAX_TRANSFER_S, ClientProfile, Network
+    from mecsim.link_checks import MAX_BLOCKS, MAX_TRANSFER_S
+    from mecsim.network import ClientProfile, Network
     from mecsim.network_config import NetworkConfig
 
     device = DEVICES.get("phone-mid")
