@@ -56,6 +56,7 @@ class PFLPlus(FedAvg):
     """FedAvg on the generic model plus a personalized model per client (no coupling term)."""
 
     Settings = PFLPlusSettings
+    hierarchical = True  # the generic model goes up and is averaged as FedAvg's: edge, then cloud
     generic = Task("generic", model="generic", uploads=True)  # from the received w_G
     personal = Task(
         "personal", model="personal", start=own_personal_model, schedule=personal_schedule

@@ -33,6 +33,7 @@ The built-in algorithms are held to it by ``tests/test_conformance.py``.
 from __future__ import annotations
 
 import copy
+import functools
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
@@ -74,11 +75,14 @@ class Outcome:
 
 
 def protocols_of(name: str) -> list[str]:
-    """The protocols algorithm ``name`` declares (all registered ones when it says None)."""
+    """The protocols algorithm ``name`` declares (all registered ones when it says None),
+    less those that cannot run it (a protocol's ``supports``)."""
     from mecsim.algorithms import ALGORITHMS
     from mecsim.protocols import PROTOCOLS
 
-    return sorted(ALGORITHMS.get(name).protocols or PROTOCOLS.names())
+    algorithm = ALGORITHMS.get(name)
+    kinds = algorithm.protocols or PROTOCOLS.names()
+    return sorted(k for k in kinds if getattr(PROTOCOLS.get(k), "supports", bool)(algorithm))
 
 
 def requirements(name: str, rounds: int, public_size: int, val_fraction: float) -> list[str]:
@@ -119,7 +123,10 @@ def overrides(name: str, kind: str) -> list[str]:
 def patched(owner: type, name: str, wrap: Callable[[Callable], Callable]) -> Iterator[None]:
     """Replace ``owner.name`` by ``wrap(original)`` for the block, then restore it."""
     original = getattr(owner, name)
-    setattr(owner, name, wrap(original))
+    replacement = wrap(original)
+    if callable(replacement) and callable(original):  # inspect.unwrap finds the original
+        functools.update_wrapper(replacement, original)
+    setattr(owner, name, replacement)
     try:
         yield
     finally:

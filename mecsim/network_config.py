@@ -98,6 +98,17 @@ class CellConfig(Section):
     )
 
 
+class BackhaulConfig(Section):
+    """Each cell's wired link to the cloud server (hierarchical protocols): a dedicated
+    link per cell, ``latency + 8 bytes / rate`` a transfer."""
+
+    rate_mbps: float = Field(default=1000.0, gt=0, le=1e7, description="link rate, Mbit/s")
+    latency_ms: float = Field(default=5.0, ge=0, le=1e6, description="one-way latency, ms")
+    energy_nj_per_bit: float = Field(
+        default=0.0, ge=0, le=1e6, description="energy per bit carried, nJ (router and line)"
+    )
+
+
 class NetworkConfig(Section):
     """Path loss, fading, noise and rate model (defaults: KAPC Table 4).
 
@@ -148,6 +159,7 @@ class NetworkConfig(Section):
         description="[[network.cells]]: base stations with edge servers (default: one cell, "
         "clients at clients.distance_m); needs client positions (clients.x_m, clients.y_m)",
     )
+    backhaul: BackhaulConfig = BackhaulConfig()
     frequency_reuse: int = Field(
         default=1,
         ge=1,

@@ -28,10 +28,8 @@ from mecsim.algorithms.base import (
     RoundContext,
     ServerState,
     Task,
-    Upload,
 )
 from mecsim.checkpoint import Ledger
-from mecsim.cost import compute_cost
 from mecsim.devices import DeviceProfile
 from mecsim.errors import ConfigError
 from mecsim.evaluation import Evaluation, Evaluator
@@ -43,6 +41,7 @@ from mecsim.process import Process
 from mecsim.recorder import Recorder
 from mecsim.rng import numpy_rng
 from mecsim.sim_compute import Computing
+from mecsim.sim_server import ServerWork
 from mecsim.sim_transfers import Transfers
 from mecsim.state import ModelState, Payload, state_nbytes
 
@@ -54,7 +53,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-class Simulation(Transfers, Computing):
+class Simulation(Transfers, Computing, ServerWork):
     """Owns the clock, the algorithm's state, and the record of what happened."""
 
     def __init__(
@@ -274,83 +273,14 @@ class Simulation(Transfers, Computing):
         self.recorder.event(round_, client, "fault:offline", now, now, job=job)
         return False
 
-    def aggregate(self, round_: int, uploads: list[Upload]) -> Process:
-        """Server aggregates (FLOPs / server FLOP/s), then runs its server tasks, if any."""
-        flops = self.algorithm.aggregation_flops(self.server_state, uploads)
-        self._updates += len(uploads)
-        yield from self._server_compute(round_, "aggregate", flops)
-        self.server_state = self.algorithm.aggregate(
-            self.server_state, uploads, self.context(round_, SERVER)
-        )
-        yield from self.server_work(round_)
-
-    def mix(
-        self,
-        round_: int,
-        upload: Upload,
-        weight: float,
-        flops: int | None = None,
-        count: int = 1,
-    ) -> Process:
-        """Asynchronous server update through the algorithm's ``mix`` hook, timed like aggregate.
-
-        ``flops`` defaults to averaging the upload with the current values of
-        the same entries (two payloads of the upload's size); ``count`` is the
-        number of client updates it applies (a FedBuff buffer's size).
-        """
-        self._updates += count
-        if flops is None:
-            flops = self.algorithm.aggregation_flops(self.server_state, [upload, upload])
-        yield from self._server_compute(round_, "aggregate", flops)
-        self.server_state = self.algorithm.mix(
-            self.server_state, upload, weight, self.context(round_, SERVER)
-        )
-        yield from self.server_work(round_)
-
-    def server_work(self, round_: int) -> Process:
-        """Run the algorithm's server tasks on the server state, timed on the server device."""
-        tasks = self.algorithm.server_tasks(round_)
-        if not tasks:
-            return
-        public = self.indices[0].get("public") if self.indices else None
-        job = ClientJob(
-            SERVER,
-            round_,
-            self.server_state,
-            None,
-            {} if public is None else {"public": public},
-            server=True,
-        )
-        started = time.perf_counter()
-        (result,) = self.executor.run([job])
-        self.ledger.add_result(result)
-        self._train_wall_s += time.perf_counter() - started
-        self.server_state = result.state
-        for task in tasks:
-            if task.name in result.task_flops:
-                flops = result.task_flops[task.name]
-                yield from self._server_compute(round_, f"server:{task.name}", flops)
-
-    def _server_compute(self, round_: int, phase: str, flops: int) -> Process:
-        """The server device computes ``flops`` FLOPs now; the event is recorded when done."""
-        seconds, energy = compute_cost(flops, self.server_device)
-        start = self.env.now
-        yield self.env.timeout(seconds)
-        self.server_ready = self.env.now
-        self.recorder.event(
-            round_,
-            SERVER,
-            phase,
-            start,
-            self.env.now,
-            duration_s=seconds,
-            flops=flops,
-            energy_j=energy,
-        )
-
     # --- bookkeeping -----------------------------------------------------------------
     def end_round(
-        self, round_: int, round_start: float, selected: Sequence[int], **extra: Any
+        self,
+        round_: int,
+        round_start: float,
+        selected: Sequence[int],
+        updates: int | None = None,
+        **extra: Any,
     ) -> None:
         """Evaluate (every ``eval_every`` rounds and at the end) and record the round row.
 
@@ -359,8 +289,12 @@ class Simulation(Transfers, Computing):
         :meth:`commit`), never a state still being computed (an asynchronous
         or late client's). It lies after ``t_end`` when wait-free personal
         training outlasts the round.
-        ``extra`` adds protocol-specific columns.
+        ``updates``: the client updates the round applied, when the protocol counts them
+        itself (default: those :meth:`aggregate` and :meth:`mix` applied since the last
+        round); ``extra`` adds protocol-specific columns.
         """
+        if updates is not None:
+            self._updates += updates
         last = round_ == self.protocol.rounds - 1
         evaluation = None
         if (round_ + 1) % self.protocol.eval_every == 0 or last:

@@ -174,6 +174,16 @@ def _check_protocol(scenario: Scenario) -> list[Problem]:
                 "broadcast_unselected = true (appendix F (a)) or personal_budget = 'window'",
             )
         )
+    process = PROTOCOLS.get(protocol.kind) if protocol.kind in PROTOCOLS else None
+    supports = getattr(process, "supports", None)
+    name = scenario.algorithm.name
+    if supports is not None and name in ALGORITHMS and not supports(ALGORITHMS.get(name)):
+        problems.append(
+            Problem(
+                "protocol.kind",
+                f"protocol {protocol.kind!r} cannot run algorithm {name!r}: {process.requirement}",  # type: ignore[union-attr]
+            )
+        )
     if (
         protocol.clients_per_round is not None
         and protocol.clients_per_round > scenario.clients.count

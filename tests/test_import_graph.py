@@ -31,7 +31,7 @@ FLOORS: list[tuple[str, ...]] = [
         "mecsim.network", "mecsim.network_config", "mecsim.link_checks", "mecsim.radio", "mecsim.recorder", "mecsim.evaluation", "mecsim.faults",
         "mecsim.newcomers", "mecsim.checkpoint", "mecsim.invariants", "mecsim.analysis",
     ),
-    ("mecsim.protocols", "mecsim.simulation", "mecsim.scenario", "mecsim.sections", "mecsim.validation", "mecsim.sim_transfers", "mecsim.sim_compute"),  # 5: the clock
+    ("mecsim.protocols", "mecsim.simulation", "mecsim.scenario", "mecsim.sections", "mecsim.validation", "mecsim.sim_transfers", "mecsim.sim_compute", "mecsim.sim_server"),  # 5: the clock
     ("mecsim.runner", "mecsim.output", "mecsim.world", "mecsim.tables"),  # 6: scenario -> world -> simulation -> tables
     # 7: commands
     (

@@ -1,7 +1,16 @@
 """Protocols decide when client work and communication happen; one server process each."""
 
 from mecsim.protocols.asynchronous import fedasync, fedbuff
+from mecsim.protocols.hierarchical import hierarchical
 from mecsim.protocols.registry import PROTOCOLS
 from mecsim.protocols.synchronous import compute_and_wait, deadline, wait_free
 
-__all__ = ["PROTOCOLS", "compute_and_wait", "deadline", "fedasync", "fedbuff", "wait_free"]
+__all__ = [
+    "PROTOCOLS",
+    "compute_and_wait",
+    "deadline",
+    "fedasync",
+    "fedbuff",
+    "hierarchical",
+    "wait_free",
+]

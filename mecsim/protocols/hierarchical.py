@@ -1,0 +1,217 @@
+"""Hierarchical federated learning: clients, edge servers, a cloud (HierFAVG).
+
+Liu, Zhang, Song and Letaief, "Client-Edge-Cloud Hierarchical Federated
+Learning", ICC 2020, Algorithm 1 (HierFAVG): every client runs kappa_1 local
+updates (the algorithm's own epochs or steps), then its edge server, the one
+in the cell it is associated with, averages the models of its clients; every
+kappa_2 edge aggregations (``protocol.edge_rounds``) the edge servers send
+their models over the backhaul to the cloud, which averages them weighted by
+the data under each edge, ``sum_l |D^l| w^l / |D|``, and sends the result back
+down to every edge.
+
+A round of this protocol is one edge round: downlink from each edge server
+(each cell's radio broadcasts its own edge model), the clients' tasks, the
+uploads, and one aggregation per edge, on the cell's edge device and at the
+same time across cells (``aggregate`` rows, with the cell). A round that ends
+a block of kappa_2 (and the last round) adds the cloud step: ``backhaul``
+rows up from each cell (``latency + 8 bytes / rate``, ``energy_nj_per_bit``
+per bit, ``[network.backhaul]``), the cloud's ``aggregate:cloud`` on the server
+device, and ``backhaul`` rows down. The rounds table's ``level`` says which
+rounds reached the cloud; the generic model evaluated is the cloud's latest.
+
+With one cell the edge server is the cloud: no backhaul and no second
+average, and HierFAVG is FedAvg (the same tables, ``level`` aside).
+
+Only algorithms whose aggregation is a weighted mean of the payloads they
+send down and up (FedAvg's ``aggregate``, ``downlink`` and ``upload``, kept or
+declared with ``hierarchical = True``) can be aggregated twice; others are
+refused before the run. Edge states live in the checkpoint's ledger, so a run
+resumes like any other.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+import simpy
+from pydantic import Field
+
+from mecsim.algorithms.base import SERVER, Algorithm, ServerState, Upload
+from mecsim.devices import DEVICES, energy_j
+from mecsim.protocols.registry import register_protocol
+from mecsim.protocols.settings import ProtocolSettings
+from mecsim.protocols.synchronous import _aggregate, _caw_client, _failed, _prepare
+from mecsim.simulation import Process, Simulation
+from mecsim.state import payload_nbytes
+
+
+class HierarchicalSettings(ProtocolSettings):
+    """hierarchical: edge rounds, and how many of them per cloud aggregation."""
+
+    kind: Literal["hierarchical"] = "hierarchical"
+    edge_rounds: int = Field(
+        default=2, ge=1, le=10_000, description="kappa_2: edge aggregations per cloud aggregation"
+    )
+
+
+def aggregates_twice(algorithm: type[Algorithm]) -> bool:
+    """Whether a weighted mean of weighted means is the algorithm's aggregation: it declares
+    ``hierarchical``, or keeps FedAvg's ``aggregate``, ``downlink`` and ``upload``."""
+    declared = getattr(algorithm, "hierarchical", None)
+    if declared is not None:
+        return bool(declared)
+    from mecsim.algorithms.fedavg import FedAvg
+
+    hooks = ("aggregate", "downlink", "upload", "server_tasks", "prepare_downlinks")
+    return issubclass(algorithm, FedAvg) and all(
+        inspect.unwrap(getattr(algorithm, h)) is getattr(FedAvg, h) for h in hooks
+    )  # (unwrapped: instrumentation such as mecsim check's recorders is no override)
+
+
+@register_protocol(
+    "hierarchical",
+    HierarchicalSettings,
+    "client-edge-cloud rounds (HierFAVG): edge averages every round, cloud every edge_rounds",
+)
+def hierarchical(sim: Simulation) -> Process:
+    """Server process of HierFAVG (see the module docstring): blocks of kappa_2 edge rounds,
+    each cell at its own pace within a block, the cloud step at the block's end."""
+    env, cells = sim.env, sim.network.cells
+    kappa2, rounds = sim.protocol.edge_rounds, sim.protocol.rounds
+    edges = None if len(cells) == 1 else sim.ledger.add(dict.fromkeys(range(len(cells))))
+    for first in range(0, rounds, kappa2):
+        block = range(first, min(first + kappa2, rounds))
+        rows = {r: _Round(env, len(cells)) for r in block}
+        rows[first].start = env.now
+        yield from sim.wait_for_online()
+        if edges is not None:  # a block starts from the cloud model
+            edges.update(dict.fromkeys(edges, sim.server_state))
+        cell_rounds = [env.process(_edge_rounds(sim, edges, c, rows)) for c in range(len(cells))]
+        for r in block:
+            yield rows[r].done
+            cloud = r == block[-1]
+            if cloud and edges is not None:
+                yield env.all_of(cell_rounds)
+                yield from _cloud(sim, r, edges)
+            counted = None if edges is None else rows[r].updates  # one cell: aggregate counts
+            sim.end_round(r, rows[r].start, rows[r].selected, counted, failed=rows[r].failed,
+                          level="cloud" if cloud else "edge")  # fmt: skip
+
+
+@dataclass
+class _Round:
+    """One edge round across cells: its selection (drawn by the first cell to start it),
+    failures, and an event that succeeds when every cell has aggregated."""
+
+    env: simpy.Environment
+    cells: int
+    start: float | None = None
+    selected: list[int] | None = None
+    failed: int = 0
+    updates: int = 0
+    finished: int = 0
+    done: simpy.Event = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.done = self.env.event()
+
+    def selection(self, sim: Simulation, round_: int) -> list[int]:
+        if self.selected is None:
+            self.start = self.env.now if self.start is None else self.start
+            self.selected = list(sim.select(round_))
+        return self.selected
+
+    def finish(self) -> None:
+        self.finished += 1
+        if self.finished == self.cells:
+            self.done.succeed()
+
+
+def _edge_rounds(sim: Simulation, edges: dict | None, cell: int, rows: dict[int, _Round]):
+    """Cell ``cell``'s edge rounds of a block: downlink of its edge model, its clients'
+    tasks and uploads, its edge aggregation; then the next, without waiting for others."""
+    env = sim.env
+    for round_, row in rows.items():
+        members = [c for c in row.selection(sim, round_) if sim.network.cell_of(c) == cell]
+        if members:
+            payloads = yield from _at_edge(sim, edges, cell, _prepare(sim, round_, members))
+            deliveries = sim.downlink_transfers(round_, payloads)
+            results = sim.execute(round_, payloads)
+            arrived: list[Upload] = []
+            procs = [
+                env.process(_caw_client(sim, round_, deliveries.get(c), results[c], arrived))
+                for c in members
+            ]
+            yield env.all_of(procs)
+            row.failed += _failed(procs)
+            if edges is None:  # one cell: the edge is the cloud
+                yield from _aggregate(sim, round_, arrived)
+            elif arrived:
+                arrived.sort(key=lambda u: u.client)  # order-independent sums
+                at = (DEVICES.get(sim.network.cells[cell].device), cell)
+                edges[cell] = yield from sim.aggregate_at(round_, edges[cell], arrived, at)
+                row.updates += len(arrived)
+        row.finish()
+
+
+hierarchical.supports = aggregates_twice  # type: ignore[attr-defined]
+hierarchical.requirement = (  # type: ignore[attr-defined]
+    "its rounds average twice (edge, then cloud), which needs an algorithm whose aggregation "
+    "is a weighted mean of the models it sends (fedavg, fedprox, ditto, ...)"
+)
+
+
+def _by_cell(sim: Simulation, clients: Sequence[int]) -> dict[int, list[int]]:
+    groups: dict[int, list[int]] = {}
+    for c in clients:
+        groups.setdefault(sim.network.cell_of(c), []).append(c)
+    return dict(sorted(groups.items()))
+
+
+def _at_edge(sim: Simulation, edges: dict | None, cell: int, work: Process) -> Process:
+    """Run ``work`` with cell ``cell``'s edge state as the server state (no swap with one
+    cell); keep what it leaves there as the edge's state."""
+    if edges is None:
+        return (yield from work)
+    cloud, sim.server_state = sim.server_state, edges[cell]
+    try:
+        value = yield from work
+        edges[cell] = sim.server_state
+    finally:
+        sim.server_state = cloud
+    return value
+
+
+def _cloud(sim: Simulation, round_: int, edges: dict[int, ServerState]) -> Process:
+    """Edges up the backhaul, the cloud's weighted mean, the result down to every edge."""
+    env, algorithm = sim.env, sim.algorithm
+    context = sim.context(round_, SERVER)
+    samples = dict.fromkeys(edges, 0)
+    for client, n in enumerate(sim.num_samples):
+        samples[sim.network.cell_of(client)] += n
+    models = {cell: sim.ledger.add(algorithm.downlink(edges[cell], context)) for cell in edges}
+    yield env.all_of([env.process(_backhaul(sim, round_, cell, models[cell], "up"))
+                      for cell in edges])  # fmt: skip
+    uploads = [Upload(cell, models[cell], samples[cell]) for cell in edges if samples[cell]]
+    yield from sim.aggregate(round_, uploads, phase="aggregate:cloud", counted=False)
+    model = sim.ledger.add(algorithm.downlink(sim.server_state, context))
+    yield env.all_of([env.process(_backhaul(sim, round_, cell, model, "down"))
+                      for cell in edges])  # fmt: skip
+    edges.update(dict.fromkeys(edges, sim.server_state))
+
+
+def _backhaul(sim: Simulation, round_: int, cell: int, payload, direction: str) -> Process:
+    """One model over cell ``cell``'s backhaul: ``latency + 8 bytes / rate``."""
+    link = sim.network.config.backhaul
+    nbytes = payload_nbytes(payload)
+    seconds = link.latency_ms / 1e3 + 8 * nbytes / (link.rate_mbps * 1e6)
+    start = sim.env.now
+    yield sim.env.timeout(seconds)
+    sim.recorder.event(
+        round_, SERVER, "backhaul", start, sim.env.now, duration_s=seconds, direction=direction,
+        role="backhaul", nbytes=nbytes, energy_j=energy_j(8 * nbytes, link.energy_nj_per_bit * 1e-9),
+        cell=cell,
+    )  # fmt: skip
