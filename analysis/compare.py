@@ -234,6 +234,7 @@ RUN_COLUMNS = (
     "energy_j",
     "bytes_up",
     "bytes_down",
+    "bytes_backhaul",
 )
 COMMUNICATION_COLUMNS = (
     "best_pm_acc",
@@ -274,6 +275,8 @@ def compare_runs(
         row["energy_j"] = float(run.events["energy_j"].sum())
         row["bytes_up"] = int(run.rounds["bytes_up"].sum())
         row["bytes_down"] = int(run.rounds["bytes_down"].sum())
+        backhaul = run.events["role"] == "backhaul"  # edge <-> cloud (hierarchical runs)
+        row["bytes_backhaul"] = int(run.events.loc[backhaul, "bytes"].sum())
         row.update(communication(run))
         rows.append(row)
     table = pd.DataFrame(rows)
