@@ -168,3 +168,28 @@ def test_bad_cell_settings_are_refused_in_one_line(tiny, tmp_path, capsys, overr
     assert field in err
     assert "Traceback" not in err
     assert not (tmp_path / "run").exists()
+
+
+SPREAD = [
+    "network.cells=[{x_m=0, y_m=0}, {x_m=1000, y_m=0}]",
+    'clients.x_m={dist="uniform", low=-300, high=1300}',
+    "clients.y_m=0",
+    "clients.count=6",
+]
+
+
+@pytest.mark.parametrize("kind", ["compute_and_wait", "fedasync"])
+def test_a_multicell_run_resumes_like_an_uninterrupted_one(kind):
+    from mecsim.conformance import resume_problems
+
+    settings = [*SPREAD, f"protocol.kind={kind}", "protocol.rounds=4", "protocol.concurrency=3"]
+    assert resume_problems(settings if kind == "fedasync" else settings[:-1]) == []
+
+
+def test_serial_batched_and_cost_only_agree_with_several_cells(tiny):
+    serial = mecsim.run(tiny, [*FAST, *SPREAD], executor="serial", write=False)
+    batched = mecsim.run(tiny, [*FAST, *SPREAD], executor="batched", write=False)
+    dry = mecsim.run(tiny, [*FAST, *SPREAD, "execution.cost_only=true"], write=False)
+    pd.testing.assert_frame_equal(serial.events, batched.events)
+    pd.testing.assert_frame_equal(serial.events, dry.events)
+    assert "cell" in serial.events and set(serial.events["cell"]) == {-1, 0, 1}
