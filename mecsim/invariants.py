@@ -12,7 +12,10 @@ arithmetic and no simulator code, what each row implies:
 * ``send energy``: each of the server's transmissions used the integral of
   its power share ``P / n(t)`` over its air time, ``n(t)`` the transmissions
   on the air at ``t`` by the table; so the sends' energy sums to ``P`` x the
-  radio's busy time (the union of the sends' intervals);
+  radio's busy time (the union of the sends' intervals); with several cells,
+  per cell radio;
+* ``row energy`` of edge servers (their cell's device) and backhaul rows
+  (``latency + 8 bytes / rate`` seconds, energy per bit x bits);
 * ``overlaps``: per client, no two computations, two uploads or two
   downloads at once, and (but in wait-free rounds, whose personalized
   training runs during the communication window) no computation during a
@@ -66,6 +69,12 @@ class RunFacts:
     server_power_w: float | None
     """The server device's compute power (None: a device this process does not know)."""
     protocol: str
+    cell_tx_power_w: list[float] = field(default_factory=list)
+    """Each cell's radio power (several cells: the events' ``cell`` says which radio)."""
+    cell_power_w: list[float | None] = field(default_factory=list)
+    """Each cell's edge device's compute power (None: unknown here)."""
+    backhaul: tuple[float, float, float] = (1e9, 0.0, 0.0)
+    """(rate bit/s, latency s, J per bit) of ``[network.backhaul]``."""
 
 
 def _close(a: np.ndarray, b: np.ndarray, atol: np.ndarray | float = 0.0) -> np.ndarray:
@@ -125,6 +134,26 @@ def _row_energy(events: pd.DataFrame, clients: pd.DataFrame, facts: RunFacts) ->
         power[server_work] = facts.server_power_w
     else:
         check.skipped = "server computations: the server device is not registered here"
+    if "cell" in events:  # an edge server computes on its cell's device
+        cell = events["cell"].to_numpy()
+        for k, watts_k in enumerate(facts.cell_power_w):
+            power[server_work & (cell == k)] = np.nan if watts_k is None else watts_k
+    backhaul = (role == "backhaul").to_numpy()
+    if backhaul.any():
+        rate, latency, per_bit = facts.backhaul
+        bits = 8 * events["bytes"].to_numpy(dtype=float)
+        seconds = events["duration_s"].to_numpy(dtype=float)
+        wrong = backhaul & ~_close(seconds, latency + bits / rate, 1e-300)
+        check.problems += _first(
+            events[wrong],
+            lambda r: (
+                f"backhaul of cell {r.cell} at t={r.t_start:.9g}: {r.duration_s:.12g} s "
+                "is not latency + 8 bytes / rate"
+            ),
+        )
+        power[backhaul] = np.where(seconds[backhaul] > 0,
+                                   per_bit * bits[backhaul] / np.maximum(seconds[backhaul], 1e-300),
+                                   0.0)  # fmt: skip
     waiting = (phase == "wait:spectrum").to_numpy()
     power[waiting] = 0.0
     known = ~np.isnan(power)
@@ -144,9 +173,19 @@ def _row_energy(events: pd.DataFrame, clients: pd.DataFrame, facts: RunFacts) ->
 
 
 def _send_energy(events: pd.DataFrame, facts: RunFacts) -> Check:
-    """Each send's energy = the integral of P / n(t) over it; their sum = P x busy time."""
+    """Each send's energy = the integral of P / n(t) over it; their sum = P x busy time,
+    per radio (each cell's, with several cells)."""
     sends = events[(events["client"] < 0) & (events["role"] == "sender")]
+    if "cell" not in events or not facts.cell_tx_power_w:
+        return _radio_energy(sends, facts.server_tx_power_w, Check("send energy", len(sends)))
     check = Check("send energy", len(sends))
+    for cell, radio in sends.groupby("cell"):
+        _radio_energy(radio, facts.cell_tx_power_w[int(cell)], check)
+    return check
+
+
+def _radio_energy(sends: pd.DataFrame, power_w: float, check: Check) -> Check:
+    """:func:`_send_energy` for one radio of power ``power_w``; problems go to ``check``."""
     if sends.empty:
         return check
     start = sends["t_start"].to_numpy(dtype=float)
@@ -157,13 +196,13 @@ def _send_energy(events: pd.DataFrame, facts: RunFacts) -> Check:
     ended = np.searchsorted(np.sort(end), times[:-1], side="right")
     on_air = began - ended
     widths = np.diff(times)
-    share = np.where(on_air > 0, facts.server_tx_power_w / np.maximum(on_air, 1), 0.0)
+    share = np.where(on_air > 0, power_w / np.maximum(on_air, 1), 0.0)
     cumulative = np.concatenate([[0.0], np.cumsum(share * widths)])  # F(t) at each time
     integral = cumulative[np.searchsorted(times, end)] - cumulative[np.searchsorted(times, start)]
     energy = sends["energy_j"].to_numpy(dtype=float)
-    atol = facts.server_tx_power_w * 8 * np.spacing(np.maximum(np.abs(end), 1.0))
+    atol = power_w * 8 * np.spacing(np.maximum(np.abs(end), 1.0))
     bad = ~_close(energy, integral, atol)
-    check.problems = _first(
+    check.problems += _first(
         sends[bad].assign(expected=integral[bad]),
         lambda r: (
             f"{r.phase} at t={r.t_start:.9g}..{r.t_end:.9g}: energy {r.energy_j:.12g} J, "
@@ -171,7 +210,7 @@ def _send_energy(events: pd.DataFrame, facts: RunFacts) -> Check:
         ),
     )
     busy = float(widths[on_air > 0].sum())
-    total, expected = float(energy.sum()), facts.server_tx_power_w * busy
+    total, expected = float(energy.sum()), power_w * busy
     if not _close(np.array(total), np.array(expected), float(atol.max(initial=0.0)) * len(end)):
         check.problems.append(
             f"sends' energy {total:.12g} J, P x busy time {expected:.12g} J "
@@ -309,11 +348,28 @@ def run_facts(settings: dict[str, Any]) -> RunFacts:
     dbm = settings["network.downlink.tx_power_dbm"]
     device = settings.get("server.device")
     known = isinstance(device, str) and device in DEVICES
+    cells = settings.get("network.cells") or []
+
+    def device_power(name: object) -> float | None:
+        return DEVICES.get(name).power_w if isinstance(name, str) and name in DEVICES else None
+
     return RunFacts(
         server_tx_power_w=10 ** (dbm / 10) / 1e3,
         server_power_w=DEVICES.get(device).power_w if known else None,
         protocol=settings["protocol.kind"],
+        cell_tx_power_w=[10 ** (_given(c.get("tx_power_dbm"), dbm) / 10) / 1e3 for c in cells],
+        cell_power_w=[device_power(_given(c.get("device"), device)) for c in cells],
+        backhaul=(
+            settings.get("network.backhaul.rate_mbps", 1000.0) * 1e6,
+            settings.get("network.backhaul.latency_ms", 0.0) / 1e3,
+            settings.get("network.backhaul.energy_nj_per_bit", 0.0) * 1e-9,
+        ),
     )
+
+
+def _given(value: Any, default: Any) -> Any:
+    """A cell's own setting, else the network's (None means unset)."""
+    return default if value is None else value
 
 
 def check_result(result: Any) -> list[Check]:

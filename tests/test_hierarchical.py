@@ -105,3 +105,23 @@ def test_an_algorithm_that_does_not_average_is_refused(tiny, tmp_path, capsys):
     err = capsys.readouterr().err
     assert "protocol.kind" in err and "Traceback" not in err
     assert not (tmp_path / "run").exists()
+
+
+def test_the_ledger_invariants_hold_per_cell_radio_edge_device_and_backhaul(tiny):
+    from mecsim.analysis.compare import flatten
+    from mecsim.invariants import check_result, check_tables, run_facts
+
+    cells = ['network.cells=[{x_m=0, y_m=0, device="jetson"}, {x_m=1000, y_m=0, '
+             "tx_power_dbm=27}]"]  # fmt: skip
+    link = ["network.backhaul.energy_nj_per_bit=30", "network.backhaul.latency_ms=7"]
+    result = mecsim.run(tiny, [*FAST, *CELLS[1:], *cells, *link, "protocol.kind=hierarchical",
+                               "protocol.edge_rounds=2"], write=False)  # fmt: skip
+    checks = check_result(result)
+    assert all(c.ok and c.skipped is None for c in checks), [c for c in checks if not c.ok]
+    edge = result.events[(result.events["phase"] == "aggregate") & (result.events["cell"] == 0)]
+    assert len(edge) == 2  # on the jetson, 15 W: the row energy check covered them
+    tampered = result.events.copy()
+    tampered.loc[tampered["role"] == "backhaul", "energy_j"] *= 2
+    facts = run_facts(flatten(result.scenario.model_dump(mode="json")))
+    again = check_tables(tampered, result.rounds, result.clients, facts)
+    assert not next(c for c in again if c.name == "row energy").ok

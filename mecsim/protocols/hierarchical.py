@@ -22,6 +22,15 @@ rounds reached the cloud; the generic model evaluated is the cloud's latest.
 With one cell the edge server is the cloud: no backhaul and no second
 average, and HierFAVG is FedAvg (the same tables, ``level`` aside).
 
+Paper and authors' code (``LuminLiu/HierFL``, ``hierfavg.py``, ``edge.py``,
+``cloud.py``) agree on the weights: an edge weighs its participating clients by
+their samples, the cloud weighs each edge by the samples of all its clients
+(``all_trainsample_num``), as here. They differ from mecsim in who takes part:
+the code draws ``frac`` of each edge's clients, with probability proportional
+to their data; mecsim draws the round's selection from all clients
+(``protocol.participation``, ``selection``), so an edge may get more or fewer.
+Their simulation has no clock: edges run one after another.
+
 Only algorithms whose aggregation is a weighted mean of the payloads they
 send down and up (FedAvg's ``aggregate``, ``downlink`` and ``upload``, kept or
 declared with ``hierarchical = True``) can be aggregated twice; others are
@@ -67,7 +76,7 @@ def aggregates_twice(algorithm: type[Algorithm]) -> bool:
 
     hooks = ("aggregate", "downlink", "upload", "server_tasks", "prepare_downlinks")
     return issubclass(algorithm, FedAvg) and all(
-        inspect.unwrap(getattr(algorithm, h)) is getattr(FedAvg, h) for h in hooks
+        inspect.unwrap(getattr(algorithm, h)) is inspect.unwrap(getattr(FedAvg, h)) for h in hooks
     )  # (unwrapped: instrumentation such as mecsim check's recorders is no override)
 
 
