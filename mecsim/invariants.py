@@ -138,22 +138,7 @@ def _row_energy(events: pd.DataFrame, clients: pd.DataFrame, facts: RunFacts) ->
         cell = events["cell"].to_numpy()
         for k, watts_k in enumerate(facts.cell_power_w):
             power[server_work & (cell == k)] = np.nan if watts_k is None else watts_k
-    backhaul = (role == "backhaul").to_numpy()
-    if backhaul.any():
-        rate, latency, per_bit = facts.backhaul
-        bits = 8 * events["bytes"].to_numpy(dtype=float)
-        seconds = events["duration_s"].to_numpy(dtype=float)
-        wrong = backhaul & ~_close(seconds, latency + bits / rate, 1e-300)
-        check.problems += _first(
-            events[wrong],
-            lambda r: (
-                f"backhaul of cell {r.cell} at t={r.t_start:.9g}: {r.duration_s:.12g} s "
-                "is not latency + 8 bytes / rate"
-            ),
-        )
-        power[backhaul] = np.where(seconds[backhaul] > 0,
-                                   per_bit * bits[backhaul] / np.maximum(seconds[backhaul], 1e-300),
-                                   0.0)  # fmt: skip
+    _backhaul_power(events, facts, power, check)
     waiting = (phase == "wait:spectrum").to_numpy()
     power[waiting] = 0.0
     known = ~np.isnan(power)
@@ -162,7 +147,7 @@ def _row_energy(events: pd.DataFrame, clients: pd.DataFrame, facts: RunFacts) ->
     bad = known & ~_close(energy, expected, 1e-300)
     check.examined = int(known.sum())
     shown = events[bad].assign(expected=expected[bad])
-    check.problems = _first(
+    check.problems += _first(
         shown,
         lambda r: (
             f"{r.phase} of client {r.client} at t={r.t_start:.9g}: energy "
@@ -170,6 +155,28 @@ def _row_energy(events: pd.DataFrame, clients: pd.DataFrame, facts: RunFacts) ->
         ),
     )
     return check
+
+
+def _backhaul_power(events: pd.DataFrame, facts: RunFacts, power: np.ndarray, check: Check) -> None:
+    """Backhaul rows: each lasts latency + 8 bytes / rate (a problem otherwise), and its
+    ``power`` (filled in) is the energy per bit x bits over that duration."""
+    backhaul = (events["role"] == "backhaul").to_numpy()
+    if not backhaul.any():
+        return
+    rate, latency, per_bit = facts.backhaul
+    bits = 8 * events["bytes"].to_numpy(dtype=float)
+    seconds = events["duration_s"].to_numpy(dtype=float)
+    wrong = backhaul & ~_close(seconds, latency + bits / rate, 1e-300)
+    check.problems += _first(
+        events[wrong],
+        lambda r: (
+            f"backhaul of cell {r.cell} at t={r.t_start:.9g}: {r.duration_s:.12g} s "
+            "is not latency + 8 bytes / rate"
+        ),
+    )
+    power[backhaul] = np.where(
+        seconds[backhaul] > 0, per_bit * bits[backhaul] / np.maximum(seconds[backhaul], 1e-300), 0.0
+    )
 
 
 def _send_energy(events: pd.DataFrame, facts: RunFacts) -> Check:

@@ -125,3 +125,8 @@ def test_the_ledger_invariants_hold_per_cell_radio_edge_device_and_backhaul(tiny
     facts = run_facts(flatten(result.scenario.model_dump(mode="json")))
     again = check_tables(tampered, result.rounds, result.clients, facts)
     assert not next(c for c in again if c.name == "row energy").ok
+    slow = result.events.copy()  # a backhaul row that took longer than its closed form
+    slow.loc[slow["role"] == "backhaul", "duration_s"] += 1.0
+    found = next(c for c in check_tables(slow, result.rounds, result.clients, facts)
+                 if c.name == "row energy")  # fmt: skip
+    assert any("latency + 8 bytes / rate" in p for p in found.problems)
