@@ -10,12 +10,13 @@ ratio, and the growth from one N to the next.
     python benchmarks/bench_multicell.py                # N = 25, 50, 100
     python benchmarks/bench_multicell.py --clients 50 100 200
 
-What it shows today (see the README's "Cells" item): every transmission start
-re-forecasts the whole medium to the end, and each forecast step sums every
-co-channel transmitter for every reception, so the time grows about as N^3.
-The issue-33 target (10,000 moving clients in 7 cells, 10 rounds, under a
-minute) needs the per-base-station interference sums and next-event
-scheduling that are not written yet.
+What it shows today: each forecast step sums the interference of every
+co-channel transmitter at every reception in one numpy array, but every
+transmission start still re-forecasts the whole medium to the end, so the
+time grows about as N^2 (3.7x for 2x clients at 100-200). The issue-33 target
+(10,000 moving clients in 7 cells, 10 rounds, under a minute) needs
+next-event scheduling and a vectorized fluid integration of the uplinks,
+which are not written yet.
 """
 
 from __future__ import annotations

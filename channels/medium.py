@@ -28,6 +28,8 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
+
 from mecsim.channels.sharing import (
     PermanentOutage,
     Reception,
@@ -58,12 +60,12 @@ class Medium:
 
     def __init__(
         self,
-        gain: Callable[[float], float],
+        gain: Callable[[np.ndarray], np.ndarray],
         co_channel: Callable[[int, int], bool],
         receiver: Receiver,
     ) -> None:
         self.gain = gain
-        """Path gain over a distance in m."""
+        """Path gain over distances in m (a numpy array in, an array out)."""
         self.co_channel = co_channel
         self.receiver = receiver
         self.now = 0.0
@@ -91,20 +93,43 @@ class Medium:
 
     def interference(self, transmitter: SharedTransmitter, reception: Reception) -> float:
         """Watts ``reception`` on ``transmitter`` hears from the other active transmitters."""
-        site = self.sites[id(transmitter)]
-        band = transmitter.bandwidth_hz / len(transmitter.active)
-        x, y = self.receiver(site, reception)
-        total = 0.0
-        for other in self.transmitters:
-            if other is transmitter or not other.active:
-                continue
-            there = self.sites[id(other)]
-            if there.direction != site.direction or not self.co_channel(there.cell, site.cell):
-                continue
-            distance = math.hypot(there.x_m - x, there.y_m - y)
-            share = min(1.0, band / other.bandwidth_hz)
-            total += other.power_w * self.gain(distance) * share
-        return total
+        return self._heard_by([tx for tx in self.transmitters if tx.active])[id(reception)]
+
+    def _heard_by(self, busy: list[SharedTransmitter]) -> dict[int, float]:
+        """The interference every open reception on ``busy`` hears now, by ``id``: one
+        [reception x transmitter] array of ``P h(d) min(1, b / B)`` over the co-channel
+        transmitters of other cells in the same direction."""
+        receivers, own = [], []
+        for k, tx in enumerate(busy):
+            site = self.sites[id(tx)]
+            band = tx.bandwidth_hz / len(tx.active)
+            for transmission in tx.active:
+                for r in transmission.receptions:
+                    if r.open:
+                        receivers.append((id(r), *self.receiver(site, r), band, site))
+                        own.append(k)
+        if not receivers:
+            return {}
+        sites = [self.sites[id(tx)] for tx in busy]
+        cells = sorted({s.cell for s in sites})
+        index = {c: i for i, c in enumerate(cells)}
+        co = np.array([[self.co_channel(a, b) for b in cells] for a in cells], dtype=bool)
+        x = np.array([s.x_m for s in sites])
+        y = np.array([s.y_m for s in sites])
+        power = np.array([tx.power_w for tx in busy])
+        width = np.array([tx.bandwidth_hz for tx in busy])
+        cell = np.array([index[s.cell] for s in sites])
+        up = np.array([s.direction == "up" for s in sites])
+        rx = np.array([r[1] for r in receivers])
+        ry = np.array([r[2] for r in receivers])
+        band = np.array([r[3] for r in receivers])
+        hears = (up[own][:, None] == up[None, :]) & co[cell[own]][:, cell]
+        hears[np.arange(len(own)), own] = False  # not its own transmitter
+        distance = np.hypot(x[None, :] - rx[:, None], y[None, :] - ry[:, None])
+        gain = np.where(hears, self.gain(np.where(hears, distance, 1.0)), 0.0)
+        share = np.minimum(1.0, band[:, None] / width[None, :])
+        heard = (gain * power[None, :] * share).sum(axis=1)
+        return dict(zip((r[0] for r in receivers), heard.tolist(), strict=True))
 
     def advance(self, until: float) -> list[Reception]:
         """Move every transmitter to ``until`` together; return the receptions that ended."""
@@ -114,7 +139,8 @@ class Medium:
             if not busy:
                 break
             t = self.now
-            plans = [(tx, tx.plan(until, self._heard(tx))) for tx in busy]
+            heard = self._heard_by(busy)  # changes only when a transmitter starts or stops
+            plans = [(tx, tx.plan(until, lambda r, h=heard: h[id(r)])) for tx in busy]
             horizon = min(h for _, (_, h) in plans)
             if math.isinf(horizon):
                 stuck = [
@@ -130,9 +156,6 @@ class Medium:
         for tx in self.transmitters:
             tx.now = self.now if not math.isinf(until) else max(tx.now, self.now)
         return ended
-
-    def _heard(self, transmitter: SharedTransmitter) -> Callable[[Reception], float]:
-        return lambda reception: self.interference(transmitter, reception)
 
     def clone(self) -> Medium:
         """A copy whose transmissions can advance without touching these (``twins`` maps

@@ -167,7 +167,7 @@ class Network(LinkChecks):
             return at.x_m, at.y_m
 
         medium = Medium(
-            lambda d: float(gain(d)),
+            gain,
             lambda a, b: co_channel(cells[a], cells[b], reuse),
             receiver,
         )

@@ -33,9 +33,7 @@ def uplink_medium(reuse: int = 1) -> tuple[Medium, dict[int, SharedTransmitter]]
     def receiver(site: Site, reception: Reception) -> tuple[float, float]:
         return BS[site.cell]
 
-    medium = Medium(
-        lambda d: float(PATHLOSS.gain(d)), lambda a, b: a != b and a % reuse == b % reuse, receiver
-    )
+    medium = Medium(PATHLOSS.gain, lambda a, b: a != b and a % reuse == b % reuse, receiver)
     radios = {}
     for client, (x, y) in CLIENTS.items():
         radios[client] = medium.add(SharedTransmitter(BAND, POWER), Site(x, y, client, "up"))
