@@ -91,10 +91,6 @@ class Medium:
         transmitter.now = self.now
         transmitter.start(transmission)
 
-    def interference(self, transmitter: SharedTransmitter, reception: Reception) -> float:
-        """Watts ``reception`` on ``transmitter`` hears from the other active transmitters."""
-        return self._heard_by([tx for tx in self.transmitters if tx.active])[id(reception)]
-
     def _heard_by(self, busy: list[SharedTransmitter]) -> dict[int, float]:
         """The interference every open reception on ``busy`` hears now, by ``id``: one
         [reception x transmitter] array of ``P h(d) min(1, b / B)`` over the co-channel

@@ -37,7 +37,14 @@ from mecsim.devices import DeviceProfile
 from mecsim.errors import MecsimError
 from mecsim.models.flops import FlopCount, TracedOp
 from mecsim.state import ModelState, TensorDict, zeros_like
-from mecsim.training import Loss, ModelFunction, Schedule, clip_gradients, correct_
+from mecsim.training import (
+    STEP_CORRECTION,
+    Loss,
+    ModelFunction,
+    Schedule,
+    clip_gradients,
+    correct_,
+)
 
 
 class StepMeter:
@@ -147,8 +154,8 @@ class _Step:
         ``p -= lr * b`` itself is not counted)."""
         if self.max_grad_norm is not None and grads:
             clip_gradients(grads, self.max_grad_norm)
-        trained = {k: params[k].detach().clone() for k in grads}
-        correct_(trained, consts, Schedule(lr=1.0))
+        corrected = {k: params[k].clone() for k in grads if STEP_CORRECTION + k in consts}
+        correct_(corrected, consts, Schedule(lr=1.0))  # on copies: the weights stay as they are
 
 
 SMALL_STEP_ELEMENTS = 4_000_000

@@ -22,12 +22,13 @@ and, like matrix products, wherever they run (:func:`transform_flops`):
 Fused kernels (softmax, ``logsumexp``) cost the point-wise ops and reductions
 they fuse (:data:`FUSED`). Copies (``clone``, ``copy_``,
 ``_to_copy``) and every other operation (views, ``cat``, indexing, ``fill_``,
-``zeros``) move data and cost nothing; :data:`DATA_MOVEMENT` lists the ones
+``zeros``) move data: no rule prices them; :data:`DATA_MOVEMENT` lists the ones
 mecsim's algorithms use, and a test checks no other op goes uncounted.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from typing import Any
@@ -121,11 +122,12 @@ def op_name(func: Any) -> str:
     return func._overloadpacket.__name__
 
 
-def elementwise_flops(func: Any, args: tuple, kwargs: dict, out: Any) -> int:
-    """FLOPs of one dispatched op under the rules of this module (0 for data movement)."""
+def elementwise_flops(func: Any, args: tuple, kwargs: dict, out: Any) -> int | None:
+    """FLOPs of one dispatched op under the rules of this module; None when no rule prices
+    it (it moves, views or creates data)."""
     name = op_name(func)
     if name in COPIES:
-        return 0
+        return None
     if name.startswith("_foreach_"):
         return _foreach_flops(name, args, out)
     if name in FUSED:
@@ -136,40 +138,28 @@ def elementwise_flops(func: Any, args: tuple, kwargs: dict, out: Any) -> int:
     if torch.Tag.reduction in tags:
         largest = max((t.numel() for t in _tensors((args, kwargs))), default=0)
         return PER_ELEMENT.get(name, 1) * largest
-    return 0
-
-
-def is_priced(func: Any) -> bool:
-    """Whether :func:`elementwise_flops` has a rule for ``func`` (else it moves data)."""
-    name = op_name(func)
-    if name in COPIES:
-        return False
-    if name in FUSED:
-        return True
-    if name.startswith("_foreach_"):
-        return _foreach_base(name) is not None or name in PER_ELEMENT
-    return torch.Tag.pointwise in func.tags or torch.Tag.reduction in func.tags
+    return None
 
 
 def _tensors(tree: Any) -> list[torch.Tensor]:
     return [t for t in tree_leaves(tree) if isinstance(t, torch.Tensor)]
 
 
-def _foreach_base(name: str) -> Any:
-    """The point-wise op a ``_foreach_`` op applies (``_foreach_mul_`` -> ``aten.mul``)."""
+@functools.cache
+def _foreach_is_pointwise(name: str) -> bool:
+    """Whether a ``_foreach_`` op applies a point-wise op (``_foreach_mul_``: ``aten.mul``)."""
     base = getattr(_aten, name.removeprefix("_foreach_").removesuffix("_"), None)
-    if base is None:
-        return None
-    overloads = [getattr(base, o) for o in base.overloads()]
-    return base if any(torch.Tag.pointwise in o.tags for o in overloads) else None
+    return base is not None and any(
+        torch.Tag.pointwise in getattr(base, o).tags for o in base.overloads()
+    )
 
 
-def _foreach_flops(name: str, args: tuple, out: Any) -> int:
+def _foreach_flops(name: str, args: tuple, out: Any) -> int | None:
     inputs = args[0] if args and isinstance(args[0], (list, tuple)) else []
     if name in PER_ELEMENT:
         return PER_ELEMENT[name] * sum(t.numel() for t in inputs)
-    if _foreach_base(name) is None:
-        return 0
+    if not _foreach_is_pointwise(name):
+        return None
     results = _tensors(out) or _tensors(inputs)  # an in-place op returns nothing
     return sum(t.numel() for t in results)
 
@@ -197,11 +187,9 @@ def _fft(points_factor: float) -> Callable[[tuple, dict, Any], int]:
     return flops
 
 
-def _dot(args: tuple, kwargs: dict, out: Any) -> int:
-    return 2 * args[0].numel()
-
-
-def _mv(args: tuple, kwargs: dict, out: Any) -> int:
+def _multiply_add(args: tuple, kwargs: dict, out: Any) -> int:
+    """A vector or matrix-vector product: a multiply and an add per element of its first
+    operand (``dot``: 2 n; ``mv`` of an m x n matrix: 2 m n)."""
     return 2 * args[0].numel()
 
 
@@ -209,8 +197,8 @@ TRANSFORMS: dict[str, Callable[[tuple, dict, Any], int]] = {
     "_fft_c2c": _fft(5.0),
     "_fft_r2c": _fft(2.5),
     "_fft_c2r": _fft(2.5),
-    "dot": _dot,
-    "vdot": _dot,
-    "mv": _mv,
+    "dot": _multiply_add,
+    "vdot": _multiply_add,
+    "mv": _multiply_add,
 }
 """Ops priced by their own formula, counted wherever they run (see :func:`transform_flops`)."""
