@@ -62,11 +62,12 @@ from mecsim.distributions import sample_attribute
 from mecsim.errors import ConfigError
 from mecsim.geometry import Cell, co_channel
 from mecsim.link_checks import LinkChecks
+from mecsim.network_config import CellConfig, NetworkConfig
 from mecsim.radio import Broadcast, ClosedForm, Delivery, Radio
 from mecsim.rng import numpy_rng
 
 if TYPE_CHECKING:
-    from mecsim.network_config import LinkConfig, NetworkConfig
+    from mecsim.network_config import LinkConfig
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +91,24 @@ class ClientProfile:
         return float(dbm_to_w(self.tx_power_dbm))
 
 
+def build_cells(cfg: NetworkConfig, server_device: str) -> list[Cell]:
+    """The cells of ``[[network.cells]]`` (unset keys from ``[network.downlink]`` and
+    ``server.device``), or the one cell at the origin every scenario without them has."""
+    down = cfg.downlink
+    given = cfg.cells or [CellConfig(x_m=0.0, y_m=0.0)]
+    return [
+        Cell(
+            id=i,
+            x_m=c.x_m,
+            y_m=c.y_m,
+            bandwidth_hz=(down.bandwidth_mhz if c.bandwidth_mhz is None else c.bandwidth_mhz) * 1e6,
+            tx_power_w=float(dbm_to_w(down.tx_power_dbm if c.tx_power_dbm is None else c.tx_power_dbm)),
+            device=server_device if c.device is None else c.device,
+        )
+        for i, c in enumerate(given)
+    ]  # fmt: skip
+
+
 class Network(LinkChecks):
     """Times uplink and downlink transfers for a fixed set of clients (see the module docstring)."""
 
@@ -103,9 +122,7 @@ class Network(LinkChecks):
         self.config = config
         self.clients = list(clients)
         self.seed = seed
-        down = config.downlink
-        self.cells = list(cells or [Cell(0, 0.0, 0.0, down.bandwidth_mhz * 1e6,
-                                         float(dbm_to_w(down.tx_power_dbm)), "")])  # fmt: skip
+        self.cells = list(cells or build_cells(config, ""))
         self.channel = ChannelModel(
             pathloss=LogDistancePathLoss(config.pathloss_db, config.reference_m, config.exponent),
             fading=make_fading(

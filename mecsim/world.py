@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from mecsim.algorithms import ALGORITHMS
-from mecsim.channels import LogDistancePathLoss, dbm_to_w
+from mecsim.channels import LogDistancePathLoss
 from mecsim.client_table import out_of_range, range_text, read_client_table
 from mecsim.data import build_client_data, dataset_shape, load_dataset
 from mecsim.data.datasets import Dataset
@@ -34,8 +34,7 @@ from mecsim.faults import Faults
 from mecsim.geometry import Cell, associate, distances
 from mecsim.models import build_model, forward_flops_per_sample
 from mecsim.models.catalog import Architecture, ModelCatalog
-from mecsim.network import ClientProfile, Network
-from mecsim.network_config import CellConfig, NetworkConfig
+from mecsim.network import ClientProfile, Network, build_cells
 from mecsim.rng import derive_seed, numpy_rng
 from mecsim.scenario import ClientsConfig, DataConfig, ModelConfig, Scenario
 from mecsim.state import payload_nbytes
@@ -45,28 +44,10 @@ if TYPE_CHECKING:
     pass
 
 
-def build_cells(cfg: NetworkConfig, server_device: str) -> list[Cell]:
-    """The cells of ``[[network.cells]]`` (unset keys from ``[network.downlink]`` and
-    ``server.device``), or the one cell at the origin every scenario without them has."""
-    down = cfg.downlink
-    given = cfg.cells or [CellConfig(x_m=0.0, y_m=0.0)]
-    return [
-        Cell(
-            id=i,
-            x_m=c.x_m,
-            y_m=c.y_m,
-            bandwidth_hz=(down.bandwidth_mhz if c.bandwidth_mhz is None else c.bandwidth_mhz) * 1e6,
-            tx_power_w=float(dbm_to_w(down.tx_power_dbm if c.tx_power_dbm is None else c.tx_power_dbm)),
-            device=server_device if c.device is None else c.device,
-        )
-        for i, c in enumerate(given)
-    ]  # fmt: skip
-
-
 def build_links(sc: Scenario) -> tuple[list[ClientProfile], Network]:
     """The cells, the clients placed among them, and the network (which checks the links)."""
     net = sc.network
-    cells = build_cells(net, sc.server.device)
+    cells = build_cells(net, sc.server.device)  # (Network's own default with none given)
     pathloss = LogDistancePathLoss(net.pathloss_db, net.reference_m, net.exponent)
     clients = build_clients(sc.clients, sc.seed, cells, pathloss)
     return clients, Network(net, clients, sc.seed, cells)

@@ -41,7 +41,6 @@ resumes like any other.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -171,13 +170,6 @@ hierarchical.requirement = (  # type: ignore[attr-defined]
     "its rounds average twice (edge, then cloud), which needs an algorithm whose aggregation "
     "is a weighted mean of the models it sends (fedavg, fedprox, ditto, ...)"
 )
-
-
-def _by_cell(sim: Simulation, clients: Sequence[int]) -> dict[int, list[int]]:
-    groups: dict[int, list[int]] = {}
-    for c in clients:
-        groups.setdefault(sim.network.cell_of(c), []).append(c)
-    return dict(sorted(groups.items()))
 
 
 def _at_edge(sim: Simulation, edges: dict | None, cell: int, work: Process) -> Process:
