@@ -51,7 +51,7 @@ from mecsim.algorithms.base import SERVER, Algorithm, ServerState, Upload
 from mecsim.devices import DEVICES, energy_j
 from mecsim.protocols.registry import register_protocol
 from mecsim.protocols.settings import ProtocolSettings
-from mecsim.protocols.synchronous import _aggregate, _caw_client, _failed, _prepare
+from mecsim.protocols.synchronous import _aggregate, _prepare, caw_clients
 from mecsim.simulation import Process, Simulation
 from mecsim.state import payload_nbytes
 
@@ -141,20 +141,12 @@ class _Round:
 def _edge_rounds(sim: Simulation, edges: dict | None, cell: int, rows: dict[int, _Round]):
     """Cell ``cell``'s edge rounds of a block: downlink of its edge model, its clients'
     tasks and uploads, its edge aggregation; then the next, without waiting for others."""
-    env = sim.env
     for round_, row in rows.items():
         members = [c for c in row.selection(sim, round_) if sim.network.cell_of(c) == cell]
         if members:
             payloads = yield from _at_edge(sim, edges, cell, _prepare(sim, round_, members))
-            deliveries = sim.downlink_transfers(round_, payloads)
-            results = sim.execute(round_, payloads)
             arrived: list[Upload] = []
-            procs = [
-                env.process(_caw_client(sim, round_, deliveries.get(c), results[c], arrived))
-                for c in members
-            ]
-            yield env.all_of(procs)
-            row.failed += _failed(procs)
+            row.failed += yield from caw_clients(sim, round_, payloads, arrived)
             if edges is None:  # one cell: the edge is the cloud
                 yield from _aggregate(sim, round_, arrived)
             elif arrived:

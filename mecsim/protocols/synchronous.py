@@ -146,6 +146,22 @@ def _caw_client(
     return (yield from _upload(sim, round_, result, arrived))
 
 
+def caw_clients(
+    sim: Simulation, round_: int, payloads: dict[int, Payload | None], arrived: list[Upload]
+) -> Process:
+    """Send ``payloads`` down, run their clients' jobs, and let each client download, compute
+    and upload (its uploads go to ``arrived``), one process per client; return how many
+    failed."""
+    deliveries = sim.downlink_transfers(round_, payloads)
+    results = sim.execute(round_, payloads)
+    procs = [
+        sim.env.process(_caw_client(sim, round_, deliveries.get(c), results[c], arrived))
+        for c in payloads
+    ]
+    yield sim.env.all_of(procs)
+    return _failed(procs)
+
+
 def _failed(processes: Sequence[simpy.Process]) -> int:
     """How many client processes have ended with a failure (returned False)."""
     return sum(1 for p in processes if not p.is_alive and p.value is False)
@@ -178,14 +194,7 @@ def compute_and_wait(sim: Simulation) -> Process:
                 results = sim.execute(round_, payloads)
             yield from compute_and_wait_clients(sim, round_, down, results, arrived)
         else:
-            deliveries = sim.downlink_transfers(round_, payloads)
-            results = sim.execute(round_, payloads)
-            procs = [
-                env.process(_caw_client(sim, round_, deliveries.get(c), results[c], arrived))
-                for c in selected
-            ]
-            yield env.all_of(procs)
-            failed = _failed(procs)
+            failed = yield from caw_clients(sim, round_, payloads, arrived)
         yield from _aggregate(sim, round_, arrived)
         sim.end_round(round_, round_start, selected, failed=failed)
 
