@@ -185,6 +185,20 @@ class ClientsConfig(Section):
             read_client_table(table)  # a ValueError names the file, the client and the column
         return table
 
+    def table_columns(self) -> set[str]:
+        """The columns of ``table`` (none without one)."""
+        if self.table is None:
+            return set()
+        from mecsim.client_table import read_client_table
+
+        return set(read_client_table(self.table).columns)
+
+    @property
+    def placed(self) -> bool:
+        """Whether clients have positions (``x_m``/``y_m`` here or in the table): distances
+        are then measured to the cells."""
+        return self.x_m is not None or "x_m" in self.table_columns()
+
     @model_validator(mode="after")
     def _position(self) -> ClientsConfig:
         if (self.x_m is None) != (self.y_m is None):

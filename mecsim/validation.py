@@ -123,6 +123,9 @@ def _check_names(scenario: Scenario) -> list[Problem]:
     ]
     if scenario.data.public_dataset is not None:
         checks.append(("data.public_dataset", scenario.data.public_dataset, DATASETS))
+    for i, cell in enumerate(scenario.network.cells):
+        if cell.device is not None:
+            checks.append((f"network.cells.{i}.device", cell.device, DEVICES))
     if scenario.execution.executor != "auto":
         checks.append(("execution.executor", scenario.execution.executor, EXECUTORS))
     problems = []
@@ -226,14 +229,9 @@ def _check_client_table(scenario: Scenario) -> list[Problem]:
 
 
 def _check_cells(scenario: Scenario) -> list[Problem]:
-    """Cells need client positions; their devices exist; what several cells cannot do yet."""
+    """Cells need client positions; what several cells cannot do yet."""
     cells, clients = scenario.network.cells, scenario.clients
-    table = None
-    if clients.table is not None:
-        from mecsim.client_table import read_client_table
-
-        table = read_client_table(clients.table)
-    placed = clients.x_m is not None or (table is not None and "x_m" in table)
+    placed = clients.placed
     problems = []
     if cells and not placed:
         problems.append(
@@ -243,19 +241,10 @@ def _check_cells(scenario: Scenario) -> list[Problem]:
                 "distribution each) or give clients.table columns x_m and y_m",
             )
         )
-    if placed and table is not None and "distance_m" in table:
+    if placed and clients.table_columns() & {"distance_m"}:
         problems.append(
             Problem("clients.table", "give positions (x_m, y_m) or distance_m, not both")
         )
-    for i, cell in enumerate(cells):
-        if cell.device is not None and cell.device not in DEVICES:
-            allowed = ", ".join(DEVICES.names())
-            problems.append(
-                Problem(
-                    f"network.cells.{i}.device",
-                    f"unknown device {cell.device!r}; allowed: {allowed}",
-                )  # fmt: skip
-            )
     if len(cells) > 1 and scenario.network.uplink.total_bandwidth_mhz is not None:
         problems.append(
             Problem(

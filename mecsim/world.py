@@ -66,7 +66,7 @@ def build_clients(
             return table[key].to_numpy()
         return sample_attribute(getattr(cfg, key), numpy_rng(seed, "clients", key), n)
 
-    placed = "x_m" in table or cfg.x_m is not None
+    placed = cfg.placed
     keys = [*(["x_m", "y_m"] if placed else ["distance_m"]), "bandwidth_mhz", "tx_power_dbm"]
     values = {key: attribute(key) for key in keys}
     for key in keys:
