@@ -178,6 +178,8 @@ class Transmission:
     end: float | None = None
     via: SharedTransmitter | None = field(default=None, repr=False)
     """The transmitter it goes out on, when several share a medium."""
+    tag: object = field(default=None, repr=False)
+    """What the caller knows it by (a transmission a handover starts inherits it)."""
 
     @property
     def open(self) -> bool:
@@ -207,6 +209,15 @@ class SharedTransmitter:
             self.active.append(transmission)
         else:
             transmission.end = self.now
+
+    def resume(self, transmission: Transmission) -> None:
+        """Add a transmission now that carries on receptions started earlier (a handover's):
+        their starts, hence fading blocks and deadlines, are kept."""
+        transmission.start = self.now
+        for r in transmission.receptions:
+            if r.track.coherence_s < math.inf:
+                r.block = max(r.block, math.floor((self.now - r.start) / r.track.coherence_s))
+        self.active.append(transmission)
 
     def _rates(
         self, heard: Callable[[Reception], float] | None = None

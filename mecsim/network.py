@@ -34,6 +34,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -46,7 +47,7 @@ from mecsim.channels import (
     dbm_to_w,
     make_fading,
 )
-from mecsim.channels.medium import Medium, Site
+from mecsim.channels.medium import Medium, Motion, Site
 from mecsim.channels.sharing import (
     FadingTrack,
     PermanentOutage,
@@ -61,9 +62,11 @@ from mecsim.devices import DeviceProfile
 from mecsim.distributions import sample_attribute
 from mecsim.errors import ConfigError
 from mecsim.geometry import Cell, co_channel
+from mecsim.handover import HandoverSchedule
 from mecsim.link_checks import LinkChecks
+from mecsim.mobility import Trajectories
 from mecsim.network_config import CellConfig, NetworkConfig
-from mecsim.radio import Broadcast, ClosedForm, Delivery, Radio
+from mecsim.radio import Broadcast, ClosedForm, Delivery, MediumRadio, Radio
 from mecsim.rng import numpy_rng
 
 if TYPE_CHECKING:
@@ -89,6 +92,10 @@ class ClientProfile:
     @property
     def tx_power_w(self) -> float:
         return float(dbm_to_w(self.tx_power_dbm))
+
+
+def _same(value: Any) -> Any:
+    return value
 
 
 def build_cells(cfg: NetworkConfig, server_device: str) -> list[Cell]:
@@ -118,6 +125,7 @@ class Network(LinkChecks):
         clients: Sequence[ClientProfile],
         seed: int,
         cells: Sequence[Cell] | None = None,
+        trajectories: Trajectories | None = None,
     ) -> None:
         self.config = config
         self.clients = list(clients)
@@ -153,14 +161,32 @@ class Network(LinkChecks):
         self.env: simpy.Environment | None = None
         self._gains: np.ndarray | None = None
         self._constants: dict[str, np.ndarray] | None = None
+        self.trajectories = trajectories
+        self.on_resend: Callable[[Broadcast, Transmission], None] | None = None
+        """Hears each downlink transmission a handover starts at a client's new cell."""
+        self.handovers: HandoverSchedule | None = None
+        """With moving clients: who serves whom when (positions every coherence block)."""
+        if trajectories is not None and trajectories.moving:
+            self.handovers = HandoverSchedule(
+                trajectories,
+                self.cells,
+                self.channel.pathloss,
+                self.coherence_s,
+                config.handover_margin_db,
+                config.handover_time_to_trigger_s,
+                config.handover_interruption_s,
+                np.array([c.cell for c in self.clients], dtype=np.int64),
+            )
         self._check_outage()
 
     def bind(self, env: simpy.Environment) -> None:
         """Attach the network to the run's event clock (the simulator calls this)."""
         self.env = env
-        if len(self.cells) > 1:
+        self._server: Radio | MediumRadio
+        if len(self.cells) > 1 or self.handovers is not None:
             self.medium = self._medium()
-            self._server = Radio(env, self.medium)  # type: ignore[arg-type]
+            self._server = MediumRadio(env, self.medium)
+            self._server.on_resend = self._resent
         else:
             self._server = Radio(
                 env, SharedTransmitter(self.server_bandwidth_hz, self.server_tx_power_w)
@@ -178,28 +204,55 @@ class Network(LinkChecks):
         :mod:`mecsim.channels.medium`)."""
         cells, clients, reuse = self.cells, self.clients, self.config.frequency_reuse
         gain = self.channel.pathloss.gain
+        motion = None
+        if self.handovers is not None:
+            assert self.trajectories is not None
+            motion = Motion(
+                self.trajectories.positions,
+                self.handovers,
+                [(c.x_m, c.y_m) for c in cells],
+                self.coherence_s,
+                restart=self.config.handover_transfer == "restart",
+            )
 
         def receiver(site: Site, reception: Reception) -> tuple[float, float]:
-            at = clients[reception.client] if site.direction == "down" else cells[site.cell]
-            return at.x_m, at.y_m
+            if site.direction == "up":
+                return cells[site.cell].x_m, cells[site.cell].y_m
+            if motion is not None:
+                c = reception.client
+                return float(medium.client_x[c]), float(medium.client_y[c])
+            return clients[reception.client].x_m, clients[reception.client].y_m
 
         medium = Medium(
             gain,
             lambda a, b: co_channel(cells[a], cells[b], reuse),
             receiver,
+            motion,
         )
         self._radios = [
             medium.add(SharedTransmitter(c.bandwidth_hz, c.tx_power_w), Site(c.x_m, c.y_m, c.id, "down"))
             for c in cells
         ]  # fmt: skip
         self._uplinks = [
-            medium.add(SharedTransmitter(c.bandwidth_hz, c.tx_power_w), Site(c.x_m, c.y_m, c.cell, "up"))
+            medium.add(SharedTransmitter(c.bandwidth_hz, c.tx_power_w), Site(c.x_m, c.y_m, c.cell, "up", c.id))
             for c in clients
         ]  # fmt: skip
         return medium
 
+    def _resent(self, transmission: Transmission, continued: Transmission) -> None:
+        """A handover re-sent the rest of ``continued`` as ``transmission`` from the client's
+        new cell: tell :attr:`on_resend` (with the bytes it carries and the cell)."""
+        if self.on_resend is not None:
+            assert self.medium is not None and transmission.via is not None
+            cell = self.medium.sites[id(transmission.via)].cell
+            nbytes = int(max(r.remaining for r in transmission.receptions)) // 8
+            done = self._server.event_of(transmission)
+            self.on_resend(Broadcast(transmission, nbytes, done, cell), continued)
+
     def cell_of(self, client: int) -> int:
-        """The cell ``client`` is associated with."""
+        """The cell serving ``client`` now."""
+        if self.handovers is not None and self.env is not None:
+            return self.handovers.cell_of(client, self.env.now)
         return self.clients[client].cell
 
     # --- closed forms (bulk rounds) ------------------------------------------------------
@@ -215,6 +268,8 @@ class Network(LinkChecks):
             return "network.uplink.total_bandwidth_mhz"
         if len(self.cells) > 1:
             return "network.cells (interference between cells)"
+        if self.handovers is not None:
+            return "clients.mobility (moving clients)"
         for link in (self.config.uplink, self.config.downlink):
             if link.interference_w is not None or link.interference_dbm is not None:
                 return "interference drawn per transfer"
@@ -383,11 +438,12 @@ class Network(LinkChecks):
                 for c, transmission in transmissions.items():
                     done = self._server.event_of(transmission)
                     started.append(Broadcast(transmission, nbytes[c], done, cell))
-        for c, r in receptions.items():
-            forecast = self._server.forecast(r)
-            end = forecast.end if forecast.end is not None else math.inf
-            event = self._server.event_of(r)
-            deliveries[c] = Delivery(r, nbytes[c], key, event, end, forecast.failed)
+        for c, r in receptions.items():  # one transmitter: forecast now; a medium: when asked
+            forecast = (
+                partial(self._server.forecast, r) if self.medium is not None
+                else partial(_same, self._server.forecast(r))
+            )  # fmt: skip
+            deliveries[c] = Delivery(r, nbytes[c], key, self._server.event_of(r), forecast)  # type: ignore[arg-type]
         return deliveries, started
 
     def _by_cell(self, receptions: dict[int, Reception]) -> dict[int, dict[int, Reception]]:
@@ -397,7 +453,7 @@ class Network(LinkChecks):
             return {0: receptions} if receptions else {}
         groups: dict[int, dict[int, Reception]] = {}
         for c, r in receptions.items():
-            groups.setdefault(self.clients[c].cell, {})[c] = r
+            groups.setdefault(self.cell_of(c), {})[c] = r
         return dict(sorted(groups.items()))
 
     # --- uplink -----------------------------------------------------------------------

@@ -109,6 +109,76 @@ class BackhaulConfig(Section):
     )
 
 
+class MobilityConfig(Section):
+    """``[clients.mobility]``: how clients move (see :mod:`mecsim.mobility`); positions
+    are updated every ``network.coherence_ms``, and path loss and association follow.
+    ``clients.mobility = "random_waypoint"`` is short for ``model = "random_waypoint"``."""
+
+    model: Literal["static", "random_waypoint", "gauss_markov", "trace"] = Field(
+        default="static", description="static | random_waypoint | gauss_markov | trace (CSV)"
+    )
+    speed_mps: float | tuple[float, float] = Field(
+        default=(0.5, 1.5),
+        description="speed, m/s: a number or [min, max] (pedestrian ~1, vehicular ~10-30)",
+    )
+    pause_s: float = Field(
+        default=0.0, ge=0, le=1e6, description="random_waypoint: pause at each waypoint, s"
+    )
+    area_m: tuple[float, float, float, float] | None = Field(
+        default=None,
+        description="[x_min, y_min, x_max, y_max], m: where clients roam (default: the "
+        "smallest rectangle holding the cells and the clients' starting positions)",
+    )
+    memory: float = Field(
+        default=0.75, ge=0, le=1, description="gauss_markov: memory a (0 random walk, 1 straight)"
+    )
+    step_s: float = Field(
+        default=1.0, gt=0, le=1e6, description="gauss_markov: seconds between updates of speed "
+        "and direction",
+    )  # fmt: skip
+    trace: str | None = Field(
+        default=None,
+        description="trace: CSV with columns t, client, x, y (s, id, m, m), linearly "
+        "interpolated (a relative path is read from the scenario file's folder)",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shorthand(cls, value: object) -> object:
+        return {"model": value} if isinstance(value, str) else value
+
+    @property
+    def speed_range(self) -> tuple[float, float]:
+        """(min, max) speed, m/s."""
+        s = self.speed_mps
+        return (float(s), float(s)) if isinstance(s, int | float) else (float(s[0]), float(s[1]))
+
+    @model_validator(mode="after")
+    def _sane(self) -> MobilityConfig:
+        low, high = self.speed_range
+        if not 0 <= low <= high <= 1e4:
+            raise ValueError(f"speed_mps must be 0 <= min <= max <= 1e4 m/s, got {self.speed_mps}")
+        if self.model == "random_waypoint" and low <= 0:
+            raise ValueError(
+                "random_waypoint needs speeds above 0 (a zero speed never arrives): raise "
+                "the minimum of speed_mps"
+            )
+        if self.area_m is not None:
+            x0, y0, x1, y1 = self.area_m
+            if not (x0 < x1 and y0 < y1):
+                raise ValueError(f"area_m = {list(self.area_m)} needs x_min < x_max, y_min < y_max")
+        if (self.model == "trace") != (self.trace is not None):
+            raise ValueError(
+                "model = 'trace' needs trace = 'file.csv'" if self.trace is None
+                else "trace is read only with model = 'trace'; set model = 'trace' or drop it"
+            )  # fmt: skip
+        if self.trace is not None:
+            from mecsim.mobility import read_trace
+
+            read_trace(self.trace)  # a ValueError names the file, the row and the column
+        return self
+
+
 class NetworkConfig(Section):
     """Path loss, fading, noise and rate model (defaults: KAPC Table 4).
 
@@ -166,6 +236,25 @@ class NetworkConfig(Section):
         le=64,
         description="reuse factor K: cells i and j share a channel (and interfere) when "
         "i mod K = j mod K; 1: every cell co-channel",
+    )
+
+    handover_margin_db: float = Field(
+        default=3.0,
+        ge=0,
+        le=50,
+        description="hand over when another cell is received this much stronger (mean power)",
+    )
+    handover_time_to_trigger_s: float = Field(
+        default=0.1, ge=0, le=1e4, description="... for this long (the condition must hold)"
+    )
+    handover_interruption_s: float = Field(
+        default=0.05, ge=0, le=1e4, description="a handover's break: the client sends and "
+        "receives nothing for this long",
+    )  # fmt: skip
+    handover_transfer: Literal["resume", "restart"] = Field(
+        default="resume",
+        description="a transfer under way at a handover resumes at the new cell with the "
+        "bytes delivered kept, or restarts",
     )
 
     @model_validator(mode="after")

@@ -10,7 +10,7 @@ download, a downlink transmission and a bulk round's receptions.
 from __future__ import annotations
 
 import math
-from collections.abc import Generator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,13 +38,22 @@ class Delivery:
     """The transmission's fading-stream key (retries extend it)."""
     done: simpy.Event
     """Succeeds (with the reception) when the reception ends, delivered or failed."""
-    predicted_end: float
-    """When it ends if no other transmission starts meanwhile."""
-    predicted_failure: bool
+    forecast: Callable[[], Reception]
+    """How the reception ends if no other transmission starts meanwhile (asked lazily)."""
 
     @property
     def client(self) -> int:
         return self.reception.client
+
+    @property
+    def predicted_end(self) -> float:
+        """When it ends if no other transmission starts meanwhile."""
+        end = self.forecast().end
+        return math.inf if end is None else end
+
+    @property
+    def predicted_failure(self) -> bool:
+        return self.forecast().failed
 
 
 @dataclass
@@ -183,3 +192,122 @@ class Radio:
             if key in self._pending:
                 obj, _ = self._pending[key]
                 self._fire(obj, self._forecast[key])
+
+
+class MediumRadio:
+    """Maps a :class:`~mecsim.channels.medium.Medium` onto the event clock, one change
+    point at a time.
+
+    Where :class:`Radio` forecasts a whole transmitter to the end of its
+    transmissions at every start, a medium of many transmitters (and, with
+    moving clients, a change point every tick) is stepped only to its next change
+    point: one timeout, after which the medium advances to it, fires what ended
+    and sets the next. A start advances it to now and re-plans. A forecast (how a
+    reception ends if nothing else starts) is computed only when asked.
+    ``on_resend(transmission, continued)`` hears of each downlink transmission a
+    handover started at a client's new cell.
+    """
+
+    def __init__(self, env: simpy.Environment, medium: Any) -> None:
+        self.env = env
+        self.medium = medium
+        self.on_resend: Any = None
+        self._pending: dict[int, tuple[Reception | Transmission, simpy.Event]] = {}
+        self._order: dict[int, int] = {}
+        self._fired: dict[int, simpy.Event] = {}
+        self._generation = 0
+        self._forecasts: dict[int, Reception | Transmission] = {}
+        self._forecast_at = -1.0
+
+    def start(
+        self,
+        transmissions: Sequence[Transmission],
+        joins: Sequence[tuple[Transmission, Sequence[Reception]]] = (),
+    ) -> None:
+        """Start ``transmissions`` now; add ``joins`` receivers to transmissions that
+        started at this instant; re-plan."""
+        self._sync()
+        for transmission in transmissions:
+            self.medium.start(transmission)
+            self._watch(transmission)
+            for r in transmission.receptions:
+                self._watch(r)
+        for transmission, receptions in joins:
+            for r in receptions:
+                r.start = self.medium.now
+                transmission.receptions.append(r)
+                self._watch(r)
+            self.medium.aim(transmission.via, list(receptions))
+        for obj, _ in list(self._pending.values()):  # empty payloads end at once
+            if not obj.open:
+                self._fire(obj)
+        self._forecasts, self._forecast_at = {}, -1.0
+        self._schedule()
+
+    def event_of(self, obj: Reception | Transmission) -> simpy.Event:
+        return self._pending[id(obj)][1] if id(obj) in self._pending else self._fired[id(obj)]
+
+    def forecast(self, obj: Reception | Transmission) -> Reception | Transmission:
+        """How ``obj`` ends if nothing else starts (itself if it has ended): the medium
+        copied and advanced until everything on it ends (once per instant)."""
+        if not obj.open:
+            return obj
+        if self._forecast_at != self.env.now:
+            self._sync()
+            clone = self.medium.clone()
+            try:
+                clone.advance(math.inf)
+            except PermanentOutage as error:
+                raise ConfigError("network.min_snr_db", str(error)) from None
+            self._forecasts, self._forecast_at = clone.twins, self.env.now
+        return self._forecasts.get(id(obj), obj)
+
+    def _watch(self, obj: Reception | Transmission) -> None:
+        self._pending[id(obj)] = (obj, self.env.event())
+        self._order[id(obj)] = len(self._order)
+
+    def _fire(self, obj: Reception | Transmission) -> None:
+        _, event = self._pending.pop(id(obj))
+        self._order.pop(id(obj), None)
+        self._fired[id(obj)] = event
+        event.succeed(obj)
+
+    def _sync(self) -> None:
+        """Advance the medium to now; fire what ended, in watch order; hand over resends."""
+        self._fired = {}
+        try:
+            ended = self.medium.advance(self.env.now)
+        except PermanentOutage as error:
+            raise ConfigError("network.min_snr_db", str(error)) from None
+        for r in sorted(ended, key=lambda r: self._order.get(id(r), -1)):
+            if id(r) in self._pending:
+                self._fire(r)
+        for transmission, continued in self.medium.resent:
+            self._watch(transmission)
+            if self.on_resend is not None:
+                self.on_resend(transmission, continued)
+        self.medium.resent = []
+        for obj, _ in sorted(self._pending.values(), key=lambda p: self._order[id(p[0])]):
+            if isinstance(obj, Transmission) and not obj.open:
+                self._fire(obj)
+
+    def _schedule(self) -> None:
+        self._generation += 1
+        try:
+            at = self.medium.next_change()
+        except PermanentOutage as error:
+            raise ConfigError("network.min_snr_db", str(error)) from None
+        if math.isinf(at):
+            busy = [r.client for t in self.medium.active for r in t.receptions if r.open]
+            if busy:
+                raise ConfigError("network.min_snr_db", str(PermanentOutage(busy)))
+            return
+        self.env.process(self._wake(self._generation, at))
+
+    def _wake(self, generation: int, at: float) -> Generator[simpy.Event, Any, None]:
+        if at > self.env.now:
+            yield self.env.timeout(at - self.env.now)
+        if generation != self._generation:
+            return
+        self._sync()
+        self._schedule()

@@ -61,7 +61,7 @@ class Recorder:
         self._count = 0
         self._frame: pd.DataFrame | None = None
         self._rounds: list[dict[str, Any]] = []
-        self.cells: list[int] | None = None
+        self.cells: Any = None
         """Each client's cell, in a run with several cells: the events table then gains a
         ``cell`` column (the client's cell; a cell's radio for its sends; -1 for the
         server's other rows)."""

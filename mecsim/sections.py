@@ -22,7 +22,7 @@ from mecsim.algorithms.base import AlgorithmSettings
 from mecsim.config import Section
 from mecsim.distributions import NameAttr, NumberAttr, Uniform, attribute_values
 from mecsim.faults import FaultsConfig
-from mecsim.network_config import NetworkConfig
+from mecsim.network_config import MobilityConfig, NetworkConfig
 from mecsim.protocols.settings import ProtocolSettings
 
 
@@ -162,6 +162,10 @@ class ClientsConfig(Section):
         "clients associate with cells; default: clients.distance_m from one cell)",
     )
     y_m: NumberAttr | None = Field(default=None, description="each client's position north, m")
+    mobility: MobilityConfig = Field(
+        default_factory=MobilityConfig,
+        description="[clients.mobility]: how clients move (needs positions x_m, y_m)",
+    )
     device: NameAttr = Field(
         default="phone-mid", description="each client's compute device (mecsim list devices)"
     )

@@ -7,14 +7,19 @@ process generator a protocol composes, timed by :class:`~mecsim.network.Network`
 
 from __future__ import annotations
 
+import math
+
 from mecsim.algorithms.base import (
     SERVER,
 )
 from mecsim.channels.sharing import Reception, Transmission
 from mecsim.devices import energy_j
 from mecsim.process import Process
-from mecsim.radio import Delivery
+from mecsim.radio import Broadcast, Delivery
 from mecsim.state import Payload, by_identity, payload_nbytes
+
+HANDOVER_LOOKAHEAD_S = 1.0
+"""How far ahead (simulated s) the handover recorder looks for the next handover."""
 
 
 class Transfers:
@@ -55,16 +60,28 @@ class Transfers:
         """Start the server's transmission(s) now; each is recorded when it ends."""
         deliveries, started = self.network.downlink(nbytes, key, broadcast, join)
         for sent in started:
-            tx, n, cell = sent.transmission, sent.nbytes, sent.cell
-            token = self._begin(
-                lambda tx=tx, n=n, cell=cell: self._record_send(round_, phase, n, tx, cell=cell)
-            )
-            sent.done.callbacks.append(
-                lambda event, n=n, token=token, cell=cell: self._record_send(
-                    round_, phase, n, event.value, token, cell
-                )
-            )
+            sent.transmission.tag = (round_, phase)
+            self._account_send(round_, phase, sent)
         return deliveries
+
+    def _account_send(self, round_: int, phase: str, sent: Broadcast) -> None:
+        """Record the server's transmission ``sent`` when it ends (or is cut off)."""
+        tx, n, cell = sent.transmission, sent.nbytes, sent.cell
+        token = self._begin(
+            lambda tx=tx, n=n, cell=cell: self._record_send(round_, phase, n, tx, cell=cell)
+        )
+        sent.done.callbacks.append(
+            lambda event, n=n, token=token, cell=cell: self._record_send(
+                round_, phase, n, event.value, token, cell
+            )
+        )
+
+    def _resent(self, sent: Broadcast, continued: Transmission) -> None:
+        """A handover re-sends the rest of ``continued`` from the client's new cell: its
+        own ``downlink-send:handover`` row, in the round of the transmission it continues."""
+        round_, phase = continued.tag  # type: ignore[misc]
+        sent.transmission.tag = (round_, phase)
+        self._account_send(round_, f"{phase.split(':')[0]}:handover", sent)
 
     def _record_send(
         self,
@@ -226,6 +243,35 @@ class Transfers:
             return
         r = self.network.upload_progress(client, nbytes, key, granted[0], now)
         self._record_upload(round_, client, nbytes, asked, granted[0], r, job)
+
+    def record_handovers(self) -> Process:
+        """Record each handover as it happens: a ``handover`` row of the client from its
+        time over the break (no bytes, no energy; ``round`` -1; with several cells the
+        ``cell`` is the new one). Runs until the protocol ends the run."""
+        schedule = self.network.handovers
+        assert schedule is not None
+        recorded = 0
+        while True:
+            now = self.env.now
+            at = schedule.next_after(now, now + HANDOVER_LOOKAHEAD_S)
+            yield self.env.timeout((now + HANDOVER_LOOKAHEAD_S if math.isinf(at) else at) - now)
+            schedule.advance(self.env.now)
+            for h in schedule.handovers[recorded:]:
+                if h.t > self.env.now:
+                    break
+                recorded += 1
+                self._record_handover(h.client, h.t, schedule.interruption_s)
+
+    def _record_handover(self, client: int, t: float, break_s: float) -> None:
+        """The ``handover`` row of ``client`` at ``t``, recorded when its break ends (cut
+        off if the run ends first)."""
+
+        def record(end: float, phase: str = "handover") -> None:
+            self.recorder.event(-1, client, phase, t, end)
+
+        token = self._begin(lambda: record(self.env.now, "handover:cutoff"))
+        over = self.env.timeout(break_s)
+        over.callbacks.append(lambda _: (self._end(token), record(t + break_s)))
 
     def public_download(self) -> Process:
         """Every client downloads the public split once, before round 0 (a broadcast)."""

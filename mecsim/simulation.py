@@ -111,7 +111,8 @@ class Simulation(Transfers, Computing, ServerWork):
         """Payloads and job results processes hold across events (what a checkpoint saves)."""
         self.recorder = Recorder()
         if len(network.cells) > 1:  # the events table says which cell each row is in
-            self.recorder.cells = [c.cell for c in self.clients]
+            self.recorder.cells = _CellNow(network)
+        network.on_resend = self._resent
         self.server_state_peak_bytes = 0
         """Largest server state (tensor bytes) held so far; see :func:`state_nbytes`."""
         self.server_state = algorithm.init_server_state()
@@ -357,6 +358,8 @@ class Simulation(Transfers, Computing, ServerWork):
             peak[client] = size
 
     def _run(self, protocol_process: Callable[[Simulation], Process]) -> Process:
+        if self.network.handovers is not None:
+            self.env.process(self.record_handovers())
         yield from self.public_download()
         yield from protocol_process(self)
         yield from welcome(self, self.new_client_adaptation, self.new_client_epochs)
@@ -421,3 +424,13 @@ class Simulation(Transfers, Computing, ServerWork):
     def _uploads(self) -> bool:
         """Whether the algorithm's clients upload at all (``local`` does not)."""
         return any(t.uploads for t in self.algorithm.round_tasks(0))
+
+
+class _CellNow:
+    """``cells[client]``: the cell serving ``client`` now (rows name the client's cell)."""
+
+    def __init__(self, network: Network) -> None:
+        self.network = network
+
+    def __getitem__(self, client: int) -> int:
+        return self.network.cell_of(client)

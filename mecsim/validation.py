@@ -245,11 +245,29 @@ def _check_cells(scenario: Scenario) -> list[Problem]:
         problems.append(
             Problem("clients.table", "give positions (x_m, y_m) or distance_m, not both")
         )
-    if len(cells) > 1 and scenario.network.uplink.total_bandwidth_mhz is not None:
+    mobility = clients.mobility
+    if mobility.model != "static" and not placed:
+        problems.append(
+            Problem(
+                "clients.mobility",
+                "moving clients need positions: set clients.x_m and clients.y_m or give "
+                "clients.table columns x_m and y_m",
+            )
+        )
+    if mobility.trace is not None:
+        from mecsim.mobility import read_trace
+
+        try:
+            read_trace(mobility.trace, clients.count)
+        except ValueError as error:
+            problems.append(Problem("clients.mobility.trace", str(error)))
+    moving = mobility.model != "static"
+    if (len(cells) > 1 or moving) and scenario.network.uplink.total_bandwidth_mhz is not None:
         problems.append(
             Problem(
                 "network.uplink.total_bandwidth_mhz",
-                "a finite uplink band is not modelled with several cells yet; remove it",
+                "a finite uplink band is not modelled with several cells or moving clients "
+                "yet; remove it",
             )
         )
     return problems

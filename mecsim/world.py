@@ -10,7 +10,7 @@ each client's architecture, and the algorithm with its training context.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import TYPE_CHECKING
 
@@ -32,9 +32,11 @@ from mecsim.executors import TrainingContext
 from mecsim.executors.calibration import Calibration
 from mecsim.faults import Faults
 from mecsim.geometry import Cell, associate, distances
+from mecsim.mobility import GaussMarkov, RandomWaypoint, TraceMobility, Trajectories, read_trace
 from mecsim.models import build_model, forward_flops_per_sample
 from mecsim.models.catalog import Architecture, ModelCatalog
 from mecsim.network import ClientProfile, Network, build_cells
+from mecsim.network_config import MobilityConfig
 from mecsim.rng import derive_seed, numpy_rng
 from mecsim.scenario import ClientsConfig, DataConfig, ModelConfig, Scenario
 from mecsim.state import payload_nbytes
@@ -50,7 +52,75 @@ def build_links(sc: Scenario) -> tuple[list[ClientProfile], Network]:
     cells = build_cells(net, sc.server.device)  # (Network's own default with none given)
     pathloss = LogDistancePathLoss(net.pathloss_db, net.reference_m, net.exponent)
     clients = build_clients(sc.clients, sc.seed, cells, pathloss)
-    return clients, Network(net, clients, sc.seed, cells)
+    trajectories = build_trajectories(sc.clients.mobility, clients, cells, sc.seed)
+    if isinstance(trajectories, TraceMobility):  # the trace says where clients start
+        clients = _placed(clients, trajectories.x0, trajectories.y0, cells, pathloss)
+    return clients, Network(net, clients, sc.seed, cells, trajectories)
+
+
+def build_trajectories(
+    cfg: MobilityConfig, clients: list[ClientProfile], cells: list[Cell], seed: int
+) -> Trajectories | None:
+    """The clients' trajectories from their placed positions (None when they are placed
+    by distance only); every client must start inside ``area_m``."""
+    if cfg.model == "static":
+        return None
+    x = np.array([c.x_m for c in clients])
+    y = np.array([c.y_m for c in clients])
+    if cfg.model == "trace":
+        assert cfg.trace is not None
+        try:
+            trace = read_trace(cfg.trace, len(clients))
+        except ValueError as error:
+            raise ConfigError("clients.mobility.trace", str(error)) from None
+        return TraceMobility(x, y, trace)
+    area = cfg.area_m
+    if area is None:  # the smallest rectangle holding the cells and the clients
+        xs = np.concatenate([x, [c.x_m for c in cells]])
+        ys = np.concatenate([y, [c.y_m for c in cells]])
+        area = (float(xs.min()), float(ys.min()), float(xs.max()), float(ys.max()))
+    outside = np.flatnonzero((x < area[0]) | (x > area[2]) | (y < area[1]) | (y > area[3]))
+    if len(outside):
+        i = int(outside[0])
+        raise ConfigError(
+            "clients.mobility.area_m",
+            f"client {i} starts at ({x[i]:g}, {y[i]:g}) m, outside area_m = {list(area)}; "
+            "widen the area or place clients inside it",
+        )
+    if cfg.model == "random_waypoint":
+        return RandomWaypoint(x, y, area, cfg.speed_range, cfg.pause_s, derive_seed(seed, "rwp"))
+    return GaussMarkov(x, y, area, cfg.speed_range, cfg.memory, cfg.step_s, derive_seed(seed, "gm"))
+
+
+def _placed(
+    clients: list[ClientProfile],
+    x: np.ndarray,
+    y: np.ndarray,
+    cells: list[Cell],
+    pathloss: LogDistancePathLoss,
+) -> list[ClientProfile]:
+    """``clients`` moved to ``(x, y)``: distances measured and cells associated anew."""
+    distance, cell = _associate(x, y, cells, pathloss)
+    return [
+        replace(c, x_m=float(px), y_m=float(py), distance_m=float(d), cell=int(k))
+        for c, px, py, d, k in zip(clients, x, y, distance, cell, strict=True)
+    ]
+
+
+def _associate(
+    x: np.ndarray, y: np.ndarray, cells: list[Cell], pathloss: LogDistancePathLoss
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each client's distance to the cell it associates with, and that cell."""
+    to_cells = distances(x, y, cells)
+    if (to_cells <= 0).any():
+        i, j = (int(k[0]) for k in np.nonzero(to_cells <= 0))
+        raise ConfigError(
+            "clients.x_m",
+            f"client {i} stands on cell {j}'s base station; no client may be at distance "
+            "0 from a cell: move it or the cell",
+        )
+    cell = associate(to_cells, cells, pathloss)
+    return to_cells[np.arange(len(x)), cell], cell
 
 
 def build_clients(
@@ -84,16 +154,7 @@ def build_clients(
     cell = np.zeros(n, dtype=np.int64)
     distance = values.get("distance_m")
     if placed:
-        to_cells = distances(x, y, cells)
-        if (to_cells <= 0).any():
-            i, j = (int(k[0]) for k in np.nonzero(to_cells <= 0))
-            raise ConfigError(
-                "clients.x_m",
-                f"client {i} stands on cell {j}'s base station; no client may be at distance "
-                "0 from a cell: move it or the cell",
-            )
-        cell = associate(to_cells, cells, pathloss)
-        distance = to_cells[np.arange(n), cell]
+        distance, cell = _associate(x, y, cells, pathloss)
     columns = zip(
         np.asarray(distance, float).tolist(),
         (np.asarray(values["bandwidth_mhz"], float) * 1e6).tolist(),
