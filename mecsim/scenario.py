@@ -103,7 +103,9 @@ def read_scenario_file(path: str | Path) -> dict[str, Any]:
     table = data.get("clients", {}).get("table") if isinstance(data.get("clients"), dict) else None
     if isinstance(table, str) and not Path(table).is_absolute():
         data["clients"]["table"] = str(path.parent / table)  # beside the scenario file
-    mobility = data.get("clients", {}).get("mobility") if isinstance(data.get("clients"), dict) else None
+    mobility = (
+        data.get("clients", {}).get("mobility") if isinstance(data.get("clients"), dict) else None
+    )
     trace = mobility.get("trace") if isinstance(mobility, dict) else None
     if isinstance(trace, str) and not Path(trace).is_absolute():
         mobility["trace"] = str(path.parent / trace)  # beside the scenario file
