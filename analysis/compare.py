@@ -235,6 +235,7 @@ RUN_COLUMNS = (
     "bytes_up",
     "bytes_down",
     "bytes_backhaul",
+    "handovers_per_round",
 )
 COMMUNICATION_COLUMNS = (
     "best_pm_acc",
@@ -277,6 +278,8 @@ def compare_runs(
         row["bytes_down"] = int(run.rounds["bytes_down"].sum())
         backhaul = run.events["role"] == "backhaul"  # edge <-> cloud (hierarchical runs)
         row["bytes_backhaul"] = int(run.events.loc[backhaul, "bytes"].sum())
+        handovers = run.events["phase"].astype(str).str.startswith("handover").sum()
+        row["handovers_per_round"] = float(handovers) / max(len(run.rounds), 1)
         row.update(communication(run))
         rows.append(row)
     table = pd.DataFrame(rows)

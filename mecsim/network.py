@@ -65,7 +65,7 @@ from mecsim.geometry import Cell, co_channel
 from mecsim.handover import HandoverSchedule
 from mecsim.link_checks import LinkChecks
 from mecsim.mobility import Trajectories
-from mecsim.network_config import CellConfig, NetworkConfig
+from mecsim.network_config import NetworkConfig, build_cells
 from mecsim.radio import Broadcast, ClosedForm, Delivery, MediumRadio, Radio
 from mecsim.rng import numpy_rng
 
@@ -96,24 +96,6 @@ class ClientProfile:
 
 def _same(value: Any) -> Any:
     return value
-
-
-def build_cells(cfg: NetworkConfig, server_device: str) -> list[Cell]:
-    """The cells of ``[[network.cells]]`` (unset keys from ``[network.downlink]`` and
-    ``server.device``), or the one cell at the origin every scenario without them has."""
-    down = cfg.downlink
-    given = cfg.cells or [CellConfig(x_m=0.0, y_m=0.0)]
-    return [
-        Cell(
-            id=i,
-            x_m=c.x_m,
-            y_m=c.y_m,
-            bandwidth_hz=(down.bandwidth_mhz if c.bandwidth_mhz is None else c.bandwidth_mhz) * 1e6,
-            tx_power_w=float(dbm_to_w(down.tx_power_dbm if c.tx_power_dbm is None else c.tx_power_dbm)),
-            device=server_device if c.device is None else c.device,
-        )
-        for i, c in enumerate(given)
-    ]  # fmt: skip
 
 
 class Network(LinkChecks):

@@ -11,8 +11,10 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
+from mecsim.channels import dbm_to_w
 from mecsim.config import Section
 from mecsim.distributions import NumberAttr
+from mecsim.geometry import Cell
 
 
 class LinkConfig(Section):
@@ -262,3 +264,21 @@ class NetworkConfig(Section):
         if self.preset == "table5" and self.spectral_efficiency is None:
             self.spectral_efficiency = 1.0
         return self
+
+
+def build_cells(cfg: NetworkConfig, server_device: str) -> list[Cell]:
+    """The cells of ``[[network.cells]]`` (unset keys from ``[network.downlink]`` and
+    ``server.device``), or the one cell at the origin every scenario without them has."""
+    down = cfg.downlink
+    given = cfg.cells or [CellConfig(x_m=0.0, y_m=0.0)]
+    return [
+        Cell(
+            id=i,
+            x_m=c.x_m,
+            y_m=c.y_m,
+            bandwidth_hz=(down.bandwidth_mhz if c.bandwidth_mhz is None else c.bandwidth_mhz) * 1e6,
+            tx_power_w=float(dbm_to_w(down.tx_power_dbm if c.tx_power_dbm is None else c.tx_power_dbm)),
+            device=server_device if c.device is None else c.device,
+        )
+        for i, c in enumerate(given)
+    ]  # fmt: skip

@@ -23,7 +23,7 @@ FLOORS: list[tuple[str, ...]] = [
         "mecsim.client_table", "mecsim.gc_pause", "mecsim.interrupts", "mecsim.process",
     ),
     # 1: models, data, the physical layer, the trainer and the FLOP meter
-    ("mecsim.models", "mecsim.data", "mecsim.channels", "mecsim.training", "mecsim.cost", "mecsim.geometry"),
+    ("mecsim.models", "mecsim.data", "mecsim.channels", "mecsim.training", "mecsim.cost", "mecsim.geometry", "mecsim.mobility", "mecsim.handover"),
     ("mecsim.algorithms",),  # 2
     ("mecsim.executors",),  # 3
     # 4: what the clock asks and records, and the reports computed from the tables

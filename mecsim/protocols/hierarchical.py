@@ -22,6 +22,19 @@ rounds reached the cloud; the generic model evaluated is the cloud's latest.
 With one cell the edge server is the cloud: no backhaul and no second
 average, and HierFAVG is FedAvg (the same tables, ``level`` aside).
 
+``relay = true`` (with ``edge_rounds = 1``) is FedAvg through the cloud: each
+edge server forwards its clients' updates, back to back in one ``backhaul``
+row, and the cloud averages the clients' updates (FedAvg's weights) and sends
+the model down to every edge. The backhaul then carries one update per client
+instead of one model per cell.
+
+With moving clients an edge round's members are the clients each cell serves
+when the first cell starts the round; a member that hands over during the round still
+reports to that edge (its upload reaches the new cell's base station, which
+forwards it; the forwarding is not costed), and takes part under its new cell
+from the next edge round on. The cloud weighs each edge by the samples of the
+clients it serves at the cloud step.
+
 Paper and authors' code (``LuminLiu/HierFL``, ``hierfavg.py``, ``edge.py``,
 ``cloud.py``) agree on the weights: an edge weighs its participating clients by
 their samples, the cloud weighs each edge by the samples of all its clients
@@ -45,7 +58,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 import simpy
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from mecsim.algorithms.base import SERVER, Algorithm, ServerState, Upload
 from mecsim.devices import DEVICES, energy_j
@@ -63,6 +76,19 @@ class HierarchicalSettings(ProtocolSettings):
     edge_rounds: int = Field(
         default=2, ge=1, le=10_000, description="kappa_2: edge aggregations per cloud aggregation"
     )
+    relay: bool = Field(
+        default=False,
+        description="FedAvg through the cloud: edge servers average nothing and forward every "
+        "client's update over the backhaul; the cloud averages them each round",
+    )
+
+    @model_validator(mode="after")
+    def _relay_every_round(self) -> HierarchicalSettings:
+        if self.relay and self.edge_rounds != 1:
+            raise ValueError(
+                "relay forwards every update to the cloud each round: set edge_rounds = 1"
+            )
+        return self
 
 
 def aggregates_twice(algorithm: type[Algorithm]) -> bool:
@@ -103,7 +129,10 @@ def hierarchical(sim: Simulation) -> Process:
             cloud = r == block[-1]
             if cloud and edges is not None:
                 yield env.all_of(cell_rounds)
-                yield from _cloud(sim, r, edges)
+                if sim.protocol.relay:
+                    yield from _cloud_of_clients(sim, r, edges, rows[r].relayed)
+                else:
+                    yield from _cloud(sim, r, edges)
             counted = None if edges is None else rows[r].updates  # one cell: aggregate counts
             sim.end_round(r, rows[r].start, rows[r].selected, counted, failed=rows[r].failed,
                           level="cloud" if cloud else "edge")  # fmt: skip
@@ -120,17 +149,25 @@ class _Round:
     selected: list[int] | None = None
     failed: int = 0
     updates: int = 0
+    relayed: list[Upload] = field(default_factory=list)
+    """With ``relay``: the clients' updates forwarded to the cloud."""
     finished: int = 0
     done: simpy.Event = field(init=False)
 
     def __post_init__(self) -> None:
         self.done = self.env.event()
 
-    def selection(self, sim: Simulation, round_: int) -> list[int]:
+    def members(self, sim: Simulation, round_: int, cell: int) -> list[int]:
+        """The round's clients in ``cell``: the selection split by the cell serving each
+        client when the first cell starts the round (once, so a client that hands over
+        meanwhile takes part once)."""
         if self.selected is None:
             self.start = self.env.now if self.start is None else self.start
             self.selected = list(sim.select(round_))
-        return self.selected
+            self._by_cell: dict[int, list[int]] = {}
+            for c in self.selected:
+                self._by_cell.setdefault(sim.network.cell_of(c), []).append(c)
+        return self._by_cell.get(cell, [])
 
     def finish(self) -> None:
         self.finished += 1
@@ -142,13 +179,17 @@ def _edge_rounds(sim: Simulation, edges: dict | None, cell: int, rows: dict[int,
     """Cell ``cell``'s edge rounds of a block: downlink of its edge model, its clients'
     tasks and uploads, its edge aggregation; then the next, without waiting for others."""
     for round_, row in rows.items():
-        members = [c for c in row.selection(sim, round_) if sim.network.cell_of(c) == cell]
+        members = row.members(sim, round_, cell)
         if members:
             payloads = yield from _at_edge(sim, edges, cell, _prepare(sim, round_, members))
             arrived: list[Upload] = []
             row.failed += yield from caw_clients(sim, round_, payloads, arrived)
             if edges is None:  # one cell: the edge is the cloud
                 yield from _aggregate(sim, round_, arrived)
+            elif arrived and sim.protocol.relay:
+                yield from _backhaul(sim, round_, cell, [u.payload for u in arrived], "up")
+                row.relayed += arrived
+                row.updates += len(arrived)
             elif arrived:
                 arrived.sort(key=lambda u: u.client)  # order-independent sums
                 at = (DEVICES.get(sim.network.cells[cell].device), cell)
@@ -196,10 +237,25 @@ def _cloud(sim: Simulation, round_: int, edges: dict[int, ServerState]) -> Proce
     edges.update(dict.fromkeys(edges, sim.server_state))
 
 
+def _cloud_of_clients(
+    sim: Simulation, round_: int, edges: dict[int, ServerState], updates: list[Upload]
+) -> Process:
+    """FedAvg at the cloud over the relayed client updates; the model down to every edge."""
+    updates = sorted(updates, key=lambda u: u.client)  # order-independent sums
+    yield from sim.aggregate(round_, updates, phase="aggregate:cloud", counted=False)
+    model = sim.ledger.add(sim.algorithm.downlink(sim.server_state, sim.context(round_, SERVER)))
+    yield sim.env.all_of([sim.env.process(_backhaul(sim, round_, cell, model, "down"))
+                          for cell in edges])  # fmt: skip
+    edges.update(dict.fromkeys(edges, sim.server_state))
+
+
 def _backhaul(sim: Simulation, round_: int, cell: int, payload, direction: str) -> Process:
-    """One model over cell ``cell``'s backhaul: ``latency + 8 bytes / rate``."""
+    """A model (or, relayed, a list of updates sent back to back) over cell ``cell``'s
+    backhaul: ``latency + 8 bytes / rate``."""
     link = sim.network.config.backhaul
-    nbytes = payload_nbytes(payload)
+    nbytes = (
+        sum(map(payload_nbytes, payload)) if isinstance(payload, list) else payload_nbytes(payload)
+    )
     seconds = link.latency_ms / 1e3 + 8 * nbytes / (link.rate_mbps * 1e6)
     start = sim.env.now
     yield sim.env.timeout(seconds)
