@@ -34,15 +34,15 @@ row spans the break.
 
 from __future__ import annotations
 
-import copy
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
 
-from mecsim.channels.sharing import (  # noqa: I001
+from mecsim.channels import fluid
+from mecsim.channels.sharing import (
     PermanentOutage,
     Reception,
     SharedTransmitter,
@@ -85,6 +85,8 @@ class Motion:
     cells: list[tuple[float, float]]
     """Each cell's base station position (its receiver of uplinks)."""
     tick_s: float
+    initial: np.ndarray
+    """Each client's cell at time 0."""
     restart: bool = False
     """A transfer broken by a handover starts over (else it resumes)."""
 
@@ -99,8 +101,16 @@ Receiver = Callable[[Site, Reception], tuple[float, float]]
 ``site`` is decoded."""
 
 
+
+
 class Medium:
-    """Transmitters at sites, stepped together with the interference they cause."""
+    """Transmitters at sites, stepped together with the interference they cause.
+
+    The open receptions live in arrays (:class:`~mecsim.channels.fluid.Slots`), so a
+    step costs a few numpy operations whatever the number of transmitters; the
+    :class:`Transmission` and :class:`Reception` objects are handles, updated when
+    they end (:meth:`write_back` brings open ones up to date).
+    """
 
     def __init__(
         self,
@@ -117,9 +127,23 @@ class Medium:
         self.now = 0.0
         self.transmitters: list[SharedTransmitter] = []
         self.sites: dict[int, Site] = {}
-        self.twins: dict[int, Reception | Transmission] = {}
+        self._index: dict[int, int] = {}  # id(transmitter) -> its index
         self.uplink_of: dict[int, SharedTransmitter] = {}
         self.radio_of: dict[int, SharedTransmitter] = {}
+        self.twins: dict[int, Reception | Transmission] = {}
+        self.slots = fluid.Slots()
+        self.transmissions: dict[int, Transmission] = {}
+        """Open transmissions by slot number."""
+        self._tr_tx: dict[int, int] = {}
+        self._tr_open: dict[int, int] = {}
+        self._tr_last: dict[int, float] = {}
+        self._tr_energy: dict[int, float] = {}
+        self._next_tr = 0
+        self.active_count = np.zeros(0, dtype=np.int64)
+        """Open transmissions per transmitter."""
+        self._energy = np.zeros(0)
+        """Per transmitter, the integral of its power per open transmission, ``P / n``: a
+        transmission's energy is its growth while the transmission is open."""
         self.suspended: list[tuple[float, Reception, Transmission, bool]] = []
         """Receptions in a handover's break: (resume at, reception, transmission it left,
         whether it is an uplink)."""
@@ -130,50 +154,153 @@ class Medium:
         self._moved_until = 0.0
         self.client_x = self.client_y = np.zeros(0)
         """Every client's position in the current tick (with motion)."""
+        self.serving = None if motion is None else np.asarray(motion.initial).copy()
+        """Every client's serving cell now (with motion)."""
+        self._plan: tuple | None = None
+        self._co: np.ndarray | None = None
+        self._static: tuple[np.ndarray, ...] | None = None
+        self._ended_in_move: list[Reception] = []
 
+    # --- transmitters and transmissions ----------------------------------------------------
     def add(self, transmitter: SharedTransmitter, site: Site) -> SharedTransmitter:
         """Put ``transmitter`` on the medium at ``site``."""
-        transmitter.now = self.now
+        self._index[id(transmitter)] = len(self.transmitters)
         self.transmitters.append(transmitter)
         self.sites[id(transmitter)] = site
+        self.active_count = np.append(self.active_count, 0)
+        self._energy = np.append(self._energy, 0.0)
         if site.client >= 0:
             self.uplink_of[site.client] = transmitter
         else:
             self.radio_of[site.cell] = transmitter
+        self._static = None
         return transmitter
 
     @property
     def active(self) -> list[Transmission]:
-        return [t for tx in self.transmitters for t in tx.active]
+        return list(self.transmissions.values())
+
+    def busy(self, transmitter: SharedTransmitter) -> bool:
+        """Whether ``transmitter`` has a transmission on the air."""
+        return bool(self.active_count[self._index[id(transmitter)]])
 
     def start(self, transmission: Transmission) -> None:
         """Start ``transmission`` now on its transmitter (``transmission.via``)."""
-        transmitter = transmission.via
-        assert transmitter is not None and id(transmitter) in self.sites, "an unknown transmitter"
         self._move(self.now)
-        transmitter.now = self.now
-        transmitter.start(transmission)
-        self.aim(transmitter, transmission.receptions)
+        transmission.start = self.now
+        for r in transmission.receptions:
+            r.start = self.now
+            if r.bits <= 0:
+                r.end = self.now
+        if transmission.open:
+            self._register(transmission)
+        else:
+            transmission.end = self.now
 
-    # --- where things are ----------------------------------------------------------------
+    def join(self, transmission: Transmission, receptions: list[Reception]) -> None:
+        """Add ``receptions`` to ``transmission``, which started at this instant."""
+        for r in receptions:
+            r.start = self.now
+        transmission.receptions += receptions
+        tr = next(k for k, t in self.transmissions.items() if t is transmission)
+        self._add_slots(tr, transmission, [r for r in receptions if r.open])
+
+    def _register(self, transmission: Transmission) -> None:
+        via = transmission.via
+        assert via is not None and id(via) in self._index, "an unknown transmitter"
+        tr, self._next_tr = self._next_tr, self._next_tr + 1
+        self.transmissions[tr] = transmission
+        self._tr_tx[tr] = self._index[id(via)]
+        self._tr_open[tr], self._tr_last[tr] = 0, -math.inf
+        self._tr_energy[tr] = float(self._energy[self._index[id(via)]])
+        self.active_count[self._index[id(via)]] += 1
+        self._add_slots(tr, transmission, [r for r in transmission.receptions if r.open])
+
+    def _add_slots(self, tr: int, transmission: Transmission, receptions: list[Reception]) -> None:
+        via = transmission.via
+        assert via is not None
+        site = self.site(via)
+        rx = [self.receiver(site, r) for r in receptions]
+        self._tr_open[tr] += len(receptions)
+        self.slots.add(receptions, self._tr_tx[tr], tr, site.direction == "up",
+                       transmission.worst, rx, self.now)  # fmt: skip
+        if self.motion is not None:
+            self._aim(np.arange(len(self.slots) - len(receptions), len(self.slots)))
+        self._plan = None
+
+    def _end_transmission(self, tr: int, end: float) -> None:
+        transmission = self.transmissions.pop(tr)
+        transmission.end = end
+        tx = self._tr_tx.pop(tr)
+        transmission.energy_j += float(self._energy[tx]) - self._tr_energy.pop(tr)
+        self.active_count[tx] -= 1
+        del self._tr_open[tr], self._tr_last[tr]
+
+    def write_back(self) -> None:
+        """Bring the open receptions' and transmissions' objects up to date."""
+        self.slots.write_back()
+        for tr, transmission in self.transmissions.items():
+            now = float(self._energy[self._tr_tx[tr]])
+            transmission.energy_j += now - self._tr_energy[tr]
+            self._tr_energy[tr] = now
+
+    # --- where things are ------------------------------------------------------------------
     def site(self, transmitter: SharedTransmitter) -> Site:
         """``transmitter``'s site now (a moving client's uplink: its position and cell)."""
         site = self.sites[id(transmitter)]
         if self.motion is None or site.client < 0:
             return site
         c = site.client
-        cell = self.motion.schedule.cell_of(c, self.now)
-        return replace(site, x_m=float(self.client_x[c]), y_m=float(self.client_y[c]), cell=cell)
+        assert self.serving is not None
+        return Site(float(self.client_x[c]), float(self.client_y[c]), int(self.serving[c]),
+                    site.direction, c)  # fmt: skip
 
-    def aim(self, transmitter: SharedTransmitter, receptions: list[Reception]) -> None:
-        """With motion: each reception's path gain over its current distance."""
+    def _positions(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Every transmitter's (x, y, cell, is-uplink) now."""
+        x, y, cell, up, client, _, _ = self._sites()
         if self.motion is None:
-            return
-        site = self.site(transmitter)
-        for r in receptions:
-            x, y = self.receiver(site, r)
-            d = max(math.hypot(site.x_m - x, site.y_m - y), 1e-9)
-            r.rate = replace(r.rate, path_gain=float(self.gain(np.array(d))))  # type: ignore[type-var]
+            return x, y, cell, up
+        assert self.serving is not None
+        moving = client >= 0
+        x = np.where(moving, self.client_x[np.maximum(client, 0)], x)
+        y = np.where(moving, self.client_y[np.maximum(client, 0)], y)
+        cell = np.where(moving, self.serving[np.maximum(client, 0)], cell)
+        return x, y, cell, up
+
+    def _power(self) -> np.ndarray:
+        return self._sites()[5]
+
+    def _width(self) -> np.ndarray:
+        return self._sites()[6]
+
+    def _sites(self) -> tuple[np.ndarray, ...]:
+        """Every transmitter's site (x, y, cell, uplink, client) and its power and band."""
+        if self._static is None:
+            sites = [self.sites[id(tx)] for tx in self.transmitters]
+            self._static = (
+                np.array([s.x_m for s in sites]), np.array([s.y_m for s in sites]),
+                np.array([s.cell for s in sites], dtype=np.int64),
+                np.array([s.direction == "up" for s in sites]),
+                np.array([s.client for s in sites], dtype=np.int64),
+                np.array([tx.power_w for tx in self.transmitters]),
+                np.array([tx.bandwidth_hz for tx in self.transmitters]),
+            )  # fmt: skip
+        return self._static
+
+    def _aim(self, index: np.ndarray) -> None:
+        """With motion: receivers and path gains of slots ``index`` from where things are."""
+        assert self.motion is not None and self.serving is not None
+        a, up = self.slots.a, self.slots.up[index]
+        tx_x, tx_y, tx_cell, _ = self._positions()
+        client = a["client"][index]
+        stations = np.asarray(self.motion.cells)
+        serving = self.serving[client]
+        rx = np.where(up, stations[serving, 0], self.client_x[client])
+        ry = np.where(up, stations[serving, 1], self.client_y[client])
+        a["rx"][index], a["ry"][index] = rx, ry
+        tx = a["tx"][index]
+        d = np.maximum(np.hypot(tx_x[tx] - rx, tx_y[tx] - ry), 1e-9)
+        a["path_gain"][index] = self.gain(d)
 
     def _move(self, t: float) -> None:
         """With motion, bring positions, handovers and breaks up to ``t``."""
@@ -184,11 +311,10 @@ class Medium:
         if k != self._tick:
             self._tick = k
             self.client_x, self.client_y = motion.positions(k * motion.tick_s)
-            for tx in self.transmitters:
-                for transmission in tx.active:
-                    self.aim(tx, [r for r in transmission.receptions if r.open])
+            self._aim(np.arange(len(self.slots)))
+            self._plan = None
         for h in motion.schedule.between(self._moved_until, t):
-            self._hand_over(h.client, h.t)
+            self._hand_over(h.client, h.target, h.t)
         self._moved_until = max(self._moved_until, t)
         due = [s for s in self.suspended if s[0] <= t]
         if due:
@@ -196,31 +322,36 @@ class Medium:
             for _, r, left, up in due:
                 self._resume(r, left, up)
 
-    def _hand_over(self, client: int, t: float) -> None:
+    def _hand_over(self, client: int, target: int, t: float) -> None:
         """Detach ``client``'s open receptions at ``t``; they resume after the break."""
-        assert self.motion is not None
+        assert self.motion is not None and self.serving is not None
+        self.serving[client] = target
         resume_at = t + self.motion.schedule.interruption_s
-        for tx in self.transmitters:
-            up = self.sites[id(tx)].direction == "up"
-            for transmission in list(tx.active):
-                for r in [r for r in transmission.receptions if r.open and r.client == client]:
-                    transmission.receptions.remove(r)
-                    if self.motion.restart:
-                        r.remaining = float(r.bits)
-                    self.suspended.append((resume_at, r, transmission, up))
-                if not transmission.open:
-                    transmission.end = t
-                    tx.active.remove(transmission)
+        mine = self.slots.a["client"] == client
+        if not mine.any():
+            return
+        trs, ups = self.slots.a["tr"][mine].tolist(), self.slots.up[mine].tolist()
+        for r, tr, up in zip(self.slots.remove(mine), trs, ups, strict=True):
+            transmission = self.transmissions[tr]
+            transmission.receptions.remove(r)
+            if self.motion.restart:
+                r.remaining = float(r.bits)
+            self.suspended.append((resume_at, r, transmission, up))
+            self._tr_open[tr] -= 1
+            if self._tr_open[tr] == 0:
+                self._end_transmission(tr, max(t, self._tr_last[tr]))
+        self._plan = None
 
     def _resume(self, r: Reception, left: Transmission, up: bool) -> None:
         """``r`` goes on from its client's new cell (see the module docstring)."""
-        assert self.motion is not None
-        cell = self.motion.schedule.cell_of(r.client, self.now)
-        via = self.uplink_of[r.client] if up else self.radio_of[cell]
-        again = Transmission([r], left.worst, via=via, tag=left.tag)
-        via.now = self.now
-        via.resume(again)
-        self.aim(via, [r])
+        assert self.serving is not None
+        via = self.uplink_of[r.client] if up else self.radio_of[int(self.serving[r.client])]
+        again = Transmission([r], left.worst, start=self.now, via=via, tag=left.tag)
+        if self.now >= r.deadline:  # its deadline passed in the break
+            r.end, r.failed = self.now, True
+            self._ended_in_move.append(r)
+            return
+        self._register(again)
         if not up:
             self.resent.append((again, left))
 
@@ -233,49 +364,68 @@ class Medium:
         horizon = min([horizon, *(s[0] for s in self.suspended)])
         return min(horizon, motion.schedule.next_after(t, horizon))
 
-    def _heard_by(self, busy: list[SharedTransmitter]) -> dict[int, float]:
-        """The interference every open reception on ``busy`` hears now, by ``id``: one
-        [reception x transmitter] array of ``P h(d) min(1, b / B)`` over the co-channel
-        transmitters of other cells in the same direction."""
-        receivers, own = [], []
-        sites = [self.site(tx) for tx in busy]
-        for k, (tx, site) in enumerate(zip(busy, sites, strict=True)):
-            band = tx.bandwidth_hz / len(tx.active)
-            for transmission in tx.active:
-                for r in transmission.receptions:
-                    if r.open:
-                        receivers.append((id(r), *self.receiver(site, r), band, site))
-                        own.append(k)
-        if not receivers:
-            return {}
-        cells = sorted({s.cell for s in sites})
-        index = {c: i for i, c in enumerate(cells)}
-        co = np.array([[self.co_channel(a, b) for b in cells] for a in cells], dtype=bool)
-        x = np.array([s.x_m for s in sites])
-        y = np.array([s.y_m for s in sites])
-        power = np.array([tx.power_w for tx in busy])
-        width = np.array([tx.bandwidth_hz for tx in busy])
-        cell = np.array([index[s.cell] for s in sites])
-        up = np.array([s.direction == "up" for s in sites])
-        rx = np.array([r[1] for r in receivers])
-        ry = np.array([r[2] for r in receivers])
-        band = np.array([r[3] for r in receivers])
-        hears = (up[own][:, None] == up[None, :]) & co[cell[own]][:, cell]
-        hears[np.arange(len(own)), own] = False  # not its own transmitter
-        distance = np.hypot(x[None, :] - rx[:, None], y[None, :] - ry[:, None])
-        gain = np.where(hears, self.gain(np.where(hears, distance, 1.0)), 0.0)
-        share = np.minimum(1.0, band[:, None] / width[None, :])
-        heard = (gain * power[None, :] * share).sum(axis=1)
-        return dict(zip((r[0] for r in receivers), heard.tolist(), strict=True))
+    # --- interference and rates ------------------------------------------------------------
+    def _co_matrix(self, cells: int) -> np.ndarray:
+        if self._co is None or len(self._co) < cells:
+            self._co = np.array([[self.co_channel(a, b) and a != b for b in range(cells)]
+                                 for a in range(cells)], dtype=bool)  # fmt: skip
+        return self._co
 
+    def _heard(self, share_b: np.ndarray) -> np.ndarray:
+        """The interference every open reception hears now: ``P h(d) min(1, b / B)`` over
+        the co-channel transmitters of other cells in the same direction that are on."""
+        a, up = self.slots.a, self.slots.up
+        heard = np.zeros(len(self.slots))
+        x, y, cell, is_up = self._positions()
+        on = self.active_count > 0
+        power, width = self._power(), self._width()
+        rx_cell = cell[a["tx"]]
+        co = self._co_matrix(int(max(cell.max(initial=0), rx_cell.max(initial=0))) + 1)
+        for direction in (True, False):
+            mine = np.flatnonzero(up == direction)
+            senders = np.flatnonzero(on & (is_up == direction))
+            if not len(mine) or not len(senders):
+                continue
+            if direction:  # uplinks: one receiver per base station, sums over sorted bands
+                heard[mine] = _per_station(a["rx"][mine], a["ry"][mine], rx_cell[mine],
+                                           share_b[mine], senders, x, y, cell, power, width,
+                                           co, self.gain)  # fmt: skip
+                continue
+            d = np.hypot(x[senders][None, :] - a["rx"][mine][:, None],
+                         y[senders][None, :] - a["ry"][mine][:, None])  # fmt: skip
+            hears = co[rx_cell[mine]][:, cell[senders]]
+            g = np.where(hears, self.gain(np.where(hears, np.maximum(d, 1e-9), 1.0)), 0.0)
+            share = np.minimum(1.0, share_b[mine][:, None] / width[senders][None, :])
+            heard[mine] = (g * power[senders][None, :] * share).sum(axis=1)
+        return heard
+
+    def _rates(self, until: float) -> tuple[np.ndarray, np.ndarray, float]:
+        """(rate, SINR) of every open reception now and the next change point (cached
+        until the state changes)."""
+        key = (self.now, until)
+        if self._plan is not None and self._plan[0] == key:
+            return self._plan[1]
+        count = self.active_count[self.slots.a["tx"]]
+        width, power = self._width(), self._power()
+        share_b = width[self.slots.a["tx"]] / count
+        share_p = power[self.slots.a["tx"]] / count
+        groups = fluid.Groups(self.slots.a["tr"])
+        rate, sinr = fluid.rates(self.slots, share_b, share_p, self._heard(share_b), groups)
+        horizon = fluid.horizon(self.slots, self.now, rate, until, groups)
+        self._plan = (key, (rate, sinr, horizon))
+        return rate, sinr, horizon
+
+    # --- stepping --------------------------------------------------------------------------
     def advance(self, until: float) -> list[Reception]:
         """Move every transmitter to ``until`` together; return the receptions that ended."""
         ended: list[Reception] = []
+        self._ended_in_move: list[Reception] = []
         while True:
             t = self.now
             self._move(t)
-            busy = [tx for tx in self.transmitters if tx.active]
-            if not busy:
+            ended += self._ended_in_move
+            self._ended_in_move = []
+            if not len(self.slots):
                 wake = min((s[0] for s in self.suspended), default=math.inf)
                 if math.isinf(wake) or wake > until:
                     break
@@ -283,53 +433,97 @@ class Medium:
                 continue
             if t >= until:
                 break
-            heard = self._heard_by(busy)  # changes only when a transmitter starts or stops
-            plans = [(tx, tx.plan(until, lambda r, h=heard: h[id(r)])) for tx in busy]
-            horizon = self._next_motion(t, min(h for _, (_, h) in plans))
+            rate, sinr, horizon = self._rates(until)
+            horizon = self._next_motion(t, horizon)
             if math.isinf(horizon):
-                stuck = [
-                    r.client for _, (groups, _) in plans for _, rows in groups for r, *_ in rows
-                ]
-                raise PermanentOutage(stuck)
-            step = step_length(t, horizon)
-            for tx, (groups, _) in plans:
-                ended += tx.apply(groups, t, step)
-            self.now = t + step
+                raise PermanentOutage(self.slots.a["client"].tolist())
+            ended += self._apply(t, step_length(t, horizon), rate, sinr)
         if not math.isinf(until):
             self.now = max(self.now, until)
-        for tx in self.transmitters:
-            tx.now = self.now if not math.isinf(until) else max(tx.now, self.now)
         return ended
+
+    def _apply(self, t: float, step: float, rate: np.ndarray, sinr: np.ndarray) -> list[Reception]:
+        """One step of length ``step`` from ``t`` at ``rate`` (see :mod:`.fluid`)."""
+        count = self.active_count
+        on = count > 0
+        self._energy[on] += self._power()[on] / count[on] * step
+        trs = self.slots.a["tr"]
+        done, failed, end = fluid.step(self.slots, t, step, rate, sinr)
+        closing = trs[done].tolist()
+        ends = end[done].tolist()
+        gone = fluid.close(self.slots, done, failed, end)
+        for tr, e in zip(closing, ends, strict=True):
+            self._tr_open[tr] -= 1
+            self._tr_last[tr] = max(self._tr_last[tr], e)
+            if self._tr_open[tr] == 0:
+                self._end_transmission(tr, self._tr_last[tr])
+        self.now = t + step
+        self._plan = None
+        return gone
 
     def next_change(self) -> float:
         """When the state next changes if nothing starts: a reception ending, a block
         boundary, a deadline, a tick, a handover or a break's end (inf if nothing will)."""
+        self._ended_in_move = []
         self._move(self.now)
-        busy = [tx for tx in self.transmitters if tx.active]
         wake = min((s[0] for s in self.suspended), default=math.inf)
-        if not busy:
+        if not len(self.slots):
             return wake
-        heard = self._heard_by(busy)
-        horizon = min(tx.plan(math.inf, lambda r, h=heard: h[id(r)])[1] for tx in busy)
+        _, _, horizon = self._rates(math.inf)
         return self._next_motion(self.now, min(horizon, wake))
 
     def clone(self) -> Medium:
         """A copy whose transmissions can advance without touching these (``twins`` maps
         ``id`` of each transmission and reception here to its copy)."""
+        import copy
+
         twin = copy.copy(self)
-        twin.transmitters, twin.sites, twin.twins = [], {}, {}
-        twin.uplink_of, twin.radio_of = {}, {}
-        for tx in self.transmitters:
-            copied = tx.clone()
-            for t in copied.active:
-                t.via = copied
-            twin.add(copied, self.sites[id(tx)])
-            copied.now = tx.now
-            twin.twins.update(copied.twins)
+        twin.slots, twin.twins = self.slots.copy()
+        twin.transmissions = {}
+        for tr, t in self.transmissions.items():
+            copied = copy.copy(t)
+            copied.receptions = [twin.twins.get(id(r), r) for r in t.receptions]
+            twin.transmissions[tr] = copied
+            twin.twins[id(t)] = copied
+        for name in ("_tr_tx", "_tr_open", "_tr_last", "_tr_energy"):
+            setattr(twin, name, dict(getattr(self, name)))
+        twin.active_count = self.active_count.copy()
+        twin._energy = self._energy.copy()
         twin.suspended = []
         for at, r, left, up in self.suspended:
             r_twin = copy.copy(r)
             twin.twins[id(r)] = r_twin
             twin.suspended.append((at, r_twin, left, up))
-        twin.resent = []
+        twin.serving = None if self.serving is None else self.serving.copy()
+        twin.resent, twin._plan = [], None
         return twin
+
+
+def _per_station(
+    rx: np.ndarray,
+    ry: np.ndarray,
+    rx_cell: np.ndarray,
+    band: np.ndarray,
+    senders: np.ndarray,
+    x: np.ndarray,
+    y: np.ndarray,
+    cell: np.ndarray,
+    power: np.ndarray,
+    width: np.ndarray,
+    co: np.ndarray,
+    gain: Callable[[np.ndarray], np.ndarray],
+) -> np.ndarray:
+    """Uplink interference at each reception's base station: ``sum_u P_u h(d_u) min(1,
+    b / B_u)``, one [station x sender] array and, over senders sorted by band, prefix
+    sums of ``P h`` and ``P h / B`` (senders of band <= b count fully, wider ones by b/B)."""
+    stations, first, which = np.unique(rx_cell, return_index=True, return_inverse=True)
+    d = np.hypot(x[senders][None, :] - rx[first][:, None], y[senders][None, :] - ry[first][:, None])
+    hears = co[stations][:, cell[senders]]
+    g = np.where(hears, gain(np.where(hears, np.maximum(d, 1e-9), 1.0)), 0.0) * power[senders]
+    order = np.argsort(width[senders], kind="stable")
+    widths = width[senders][order]
+    g = g[:, order]
+    full = np.concatenate([np.zeros((len(stations), 1)), np.cumsum(g, axis=1)], axis=1)
+    scaled = np.concatenate([np.zeros((len(stations), 1)), np.cumsum(g / widths, axis=1)], axis=1)
+    k = np.searchsorted(widths, band, side="right")
+    return full[which, k] + band * (scaled[which, -1] - scaled[which, k])

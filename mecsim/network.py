@@ -194,6 +194,7 @@ class Network(LinkChecks):
                 self.handovers,
                 [(c.x_m, c.y_m) for c in cells],
                 self.coherence_s,
+                np.array([c.cell for c in clients], dtype=np.int64),
                 restart=self.config.handover_transfer == "restart",
             )
 
@@ -345,12 +346,14 @@ class Network(LinkChecks):
     def sync(self) -> None:
         """Advance the server radio's state to now (its open receptions' bits and energy)."""
         self._server._sync()
+        if self.medium is not None:
+            self.medium.write_back()
 
     def server_busy(self) -> bool:
         """Whether a transmission is on the server's radio now (its state advanced to now)."""
         self._server._sync()
         if self.medium is not None:
-            return any(radio.active for radio in self._radios)
+            return any(self.medium.busy(radio) for radio in self._radios)
         return bool(self._server.tx.active)
 
     # --- link budgets ------------------------------------------------------------------
@@ -477,7 +480,7 @@ class Network(LinkChecks):
         same seeded fading and interference, so the same bits): open if unfinished. On a
         medium: the upload on the air, as it stands now."""
         if self.medium is not None:
-            self._server._sync()
+            self.sync()
             return self._live[(client, key)]
         profile = self.clients[client]
         reception = self._reception("up", client, nbytes, key)

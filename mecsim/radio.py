@@ -233,11 +233,9 @@ class MediumRadio:
             for r in transmission.receptions:
                 self._watch(r)
         for transmission, receptions in joins:
+            self.medium.join(transmission, list(receptions))
             for r in receptions:
-                r.start = self.medium.now
-                transmission.receptions.append(r)
                 self._watch(r)
-            self.medium.aim(transmission.via, list(receptions))
         for obj, _ in list(self._pending.values()):  # empty payloads end at once
             if not obj.open:
                 self._fire(obj)

@@ -89,7 +89,8 @@ BAND, POWER = 10e6, 0.2
 
 def medium(at: float, interruption: float, restart: bool = False):
     motion = Motion(lambda t: (np.array([CLIENT[0]]), np.array([CLIENT[1]])),
-                    OneHandover(at, interruption), [(c.x_m, c.y_m) for c in CELLS], 1.0, restart)  # fmt: skip
+                    OneHandover(at, interruption), [(c.x_m, c.y_m) for c in CELLS], 1.0,
+                    np.array([0]), restart)  # fmt: skip
 
     def receiver(site: Site, r: Reception) -> tuple[float, float]:
         if site.direction == "up":
