@@ -147,6 +147,8 @@ class Medium:
         self.suspended: list[tuple[float, Reception, Transmission, bool]] = []
         """Receptions in a handover's break: (resume at, reception, transmission it left,
         whether it is an uplink)."""
+        self.closed: list[Transmission] = []
+        """Transmissions that ended, for the caller to hear of (it empties the list)."""
         self.resent: list[tuple[Transmission, Transmission]] = []
         """Downlink transmissions a handover started at the new cell, with the one each
         continues, for the caller to account for (it empties the list)."""
@@ -159,6 +161,12 @@ class Medium:
         self._plan: tuple | None = None
         self._co: np.ndarray | None = None
         self._static: tuple[np.ndarray, ...] | None = None
+        self._gains: tuple | None = None
+        self._one_band: tuple[float | None] | None = None
+        self._stations: dict[int, tuple[float, float]] = (
+            {} if motion is None else dict(enumerate(motion.cells))
+        )
+        """Each base station's position (the receiver of its cell's uplinks)."""
         self._ended_in_move: list[Reception] = []
 
     # --- transmitters and transmissions ----------------------------------------------------
@@ -173,7 +181,7 @@ class Medium:
             self.uplink_of[site.client] = transmitter
         else:
             self.radio_of[site.cell] = transmitter
-        self._static = None
+        self._static = self._one_band = None
         return transmitter
 
     @property
@@ -196,11 +204,14 @@ class Medium:
             self._register(transmission)
         else:
             transmission.end = self.now
+            self.closed.append(transmission)
 
     def join(self, transmission: Transmission, receptions: list[Reception]) -> None:
         """Add ``receptions`` to ``transmission``, which started at this instant."""
         for r in receptions:
             r.start = self.now
+            if r.bits <= 0:
+                r.end = self.now
         transmission.receptions += receptions
         tr = next(k for k, t in self.transmissions.items() if t is transmission)
         self._add_slots(tr, transmission, [r for r in receptions if r.open])
@@ -221,6 +232,8 @@ class Medium:
         assert via is not None
         site = self.site(via)
         rx = [self.receiver(site, r) for r in receptions]
+        if site.direction == "up" and receptions and site.cell not in self._stations:
+            self._stations[site.cell] = rx[0]
         self._tr_open[tr] += len(receptions)
         self.slots.add(receptions, self._tr_tx[tr], tr, site.direction == "up",
                        transmission.worst, rx, self.now)  # fmt: skip
@@ -231,6 +244,7 @@ class Medium:
     def _end_transmission(self, tr: int, end: float) -> None:
         transmission = self.transmissions.pop(tr)
         transmission.end = end
+        self.closed.append(transmission)
         tx = self._tr_tx.pop(tr)
         transmission.energy_j += float(self._energy[tx]) - self._tr_energy.pop(tr)
         self.active_count[tx] -= 1
@@ -386,10 +400,8 @@ class Medium:
             senders = np.flatnonzero(on & (is_up == direction))
             if not len(mine) or not len(senders):
                 continue
-            if direction:  # uplinks: one receiver per base station, sums over sorted bands
-                heard[mine] = _per_station(a["rx"][mine], a["ry"][mine], rx_cell[mine],
-                                           share_b[mine], senders, x, y, cell, power, width,
-                                           co, self.gain)  # fmt: skip
+            if direction:  # uplinks: one receiver per base station
+                heard[mine] = self._at_stations(rx_cell[mine], share_b[mine], senders, cell, co)
                 continue
             d = np.hypot(x[senders][None, :] - a["rx"][mine][:, None],
                          y[senders][None, :] - a["ry"][mine][:, None])  # fmt: skip
@@ -399,10 +411,55 @@ class Medium:
             heard[mine] = (g * power[senders][None, :] * share).sum(axis=1)
         return heard
 
-    def _rates(self, until: float) -> tuple[np.ndarray, np.ndarray, float]:
+    def _station_gains(self) -> tuple[np.ndarray, np.ndarray]:
+        """(the base stations' cells, sorted; [station x transmitter] ``P h(d)``), computed
+        once per tick (once with nothing moving)."""
+        key = (self._tick, len(self._stations))
+        if self._gains is None or self._gains[0] != key:
+            cells = np.array(sorted(self._stations), dtype=np.int64)
+            xy = np.array([self._stations[c] for c in cells.tolist()]).reshape(-1, 2)
+            x, y, _, _ = self._positions()
+            d = np.hypot(x[None, :] - xy[:, 0:1], y[None, :] - xy[:, 1:2])
+            g = self.gain(np.maximum(d, 1e-9)) * self._power()[None, :]
+            self._gains = (key, cells, g)
+        return self._gains[1], self._gains[2]
+
+    def _at_stations(
+        self, rx_cell: np.ndarray, band: np.ndarray, senders: np.ndarray, cell: np.ndarray,
+        co: np.ndarray,
+    ) -> np.ndarray:  # fmt: skip
+        """Uplink interference at each reception's base station: ``sum_u P_u h(d_u) min(1,
+        b / B_u)`` over the co-channel uplinks ``senders``. Bands all equal: one sum per
+        station; else prefix sums over the senders sorted by band (those of band <= b count
+        fully, wider ones by b / B)."""
+        stations, gains = self._station_gains()
+        which = np.searchsorted(stations, rx_cell)
+        width = self._width()
+        if self._uplink_band is not None:  # every uplink has the same band
+            g = (gains[:, senders] * co[stations][:, cell[senders]]).sum(axis=1)
+            return g[which] * np.minimum(1.0, band / self._uplink_band)
+        senders = senders[np.argsort(width[senders], kind="stable")]
+        widths = width[senders]
+        g = gains[:, senders] * co[stations][:, cell[senders]]
+        zero = np.zeros((len(stations), 1))
+        full = np.concatenate([zero, np.cumsum(g, axis=1)], axis=1)
+        scaled = np.concatenate([zero, np.cumsum(g / widths, axis=1)], axis=1)
+        k = np.searchsorted(widths, band, side="right")
+        return full[which, k] + band * (scaled[which, -1] - scaled[which, k])
+
+    @property
+    def _uplink_band(self) -> float | None:
+        """The band of every uplink transmitter, if they all have the same."""
+        if self._one_band is None:
+            _, _, _, up, _, _, width = self._sites()
+            bands = np.unique(width[up])
+            self._one_band = (float(bands[0]) if len(bands) == 1 else None,)
+        return self._one_band[0]
+
+    def _rates(self) -> tuple[np.ndarray, np.ndarray, float]:
         """(rate, SINR) of every open reception now and the next change point (cached
         until the state changes)."""
-        key = (self.now, until)
+        key = self.now
         if self._plan is not None and self._plan[0] == key:
             return self._plan[1]
         count = self.active_count[self.slots.a["tx"]]
@@ -411,7 +468,7 @@ class Medium:
         share_p = power[self.slots.a["tx"]] / count
         groups = fluid.Groups(self.slots.a["tr"])
         rate, sinr = fluid.rates(self.slots, share_b, share_p, self._heard(share_b), groups)
-        horizon = fluid.horizon(self.slots, self.now, rate, until, groups)
+        horizon = fluid.horizon(self.slots, self.now, rate, math.inf, groups)
         self._plan = (key, (rate, sinr, horizon))
         return rate, sinr, horizon
 
@@ -433,8 +490,8 @@ class Medium:
                 continue
             if t >= until:
                 break
-            rate, sinr, horizon = self._rates(until)
-            horizon = self._next_motion(t, horizon)
+            rate, sinr, horizon = self._rates()
+            horizon = self._next_motion(t, min(horizon, until))
             if math.isinf(horizon):
                 raise PermanentOutage(self.slots.a["client"].tolist())
             ended += self._apply(t, step_length(t, horizon), rate, sinr)
@@ -469,7 +526,7 @@ class Medium:
         wake = min((s[0] for s in self.suspended), default=math.inf)
         if not len(self.slots):
             return wake
-        _, _, horizon = self._rates(math.inf)
+        _, _, horizon = self._rates()
         return self._next_motion(self.now, min(horizon, wake))
 
     def clone(self) -> Medium:
@@ -495,35 +552,6 @@ class Medium:
             twin.twins[id(r)] = r_twin
             twin.suspended.append((at, r_twin, left, up))
         twin.serving = None if self.serving is None else self.serving.copy()
-        twin.resent, twin._plan = [], None
+        twin.resent, twin.closed, twin._plan = [], [], None
         return twin
 
-
-def _per_station(
-    rx: np.ndarray,
-    ry: np.ndarray,
-    rx_cell: np.ndarray,
-    band: np.ndarray,
-    senders: np.ndarray,
-    x: np.ndarray,
-    y: np.ndarray,
-    cell: np.ndarray,
-    power: np.ndarray,
-    width: np.ndarray,
-    co: np.ndarray,
-    gain: Callable[[np.ndarray], np.ndarray],
-) -> np.ndarray:
-    """Uplink interference at each reception's base station: ``sum_u P_u h(d_u) min(1,
-    b / B_u)``, one [station x sender] array and, over senders sorted by band, prefix
-    sums of ``P h`` and ``P h / B`` (senders of band <= b count fully, wider ones by b/B)."""
-    stations, first, which = np.unique(rx_cell, return_index=True, return_inverse=True)
-    d = np.hypot(x[senders][None, :] - rx[first][:, None], y[senders][None, :] - ry[first][:, None])
-    hears = co[stations][:, cell[senders]]
-    g = np.where(hears, gain(np.where(hears, np.maximum(d, 1e-9), 1.0)), 0.0) * power[senders]
-    order = np.argsort(width[senders], kind="stable")
-    widths = width[senders][order]
-    g = g[:, order]
-    full = np.concatenate([np.zeros((len(stations), 1)), np.cumsum(g, axis=1)], axis=1)
-    scaled = np.concatenate([np.zeros((len(stations), 1)), np.cumsum(g / widths, axis=1)], axis=1)
-    k = np.searchsorted(widths, band, side="right")
-    return full[which, k] + band * (scaled[which, -1] - scaled[which, k])

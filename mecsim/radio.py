@@ -236,9 +236,11 @@ class MediumRadio:
             self.medium.join(transmission, list(receptions))
             for r in receptions:
                 self._watch(r)
-        for obj, _ in list(self._pending.values()):  # empty payloads end at once
-            if not obj.open:
-                self._fire(obj)
+        started = [*transmissions, *(t for t, _ in joins)]
+        for transmission in started:  # empty payloads end at once
+            for obj in (*transmission.receptions, transmission):
+                if not obj.open and id(obj) in self._pending:
+                    self._fire(obj)
         self._forecasts, self._forecast_at = {}, -1.0
         self._schedule()
 
@@ -285,9 +287,10 @@ class MediumRadio:
             if self.on_resend is not None:
                 self.on_resend(transmission, continued)
         self.medium.resent = []
-        for obj, _ in sorted(self._pending.values(), key=lambda p: self._order[id(p[0])]):
-            if isinstance(obj, Transmission) and not obj.open:
-                self._fire(obj)
+        closed, self.medium.closed = self.medium.closed, []
+        for transmission in sorted(closed, key=lambda t: self._order.get(id(t), -1)):
+            if id(transmission) in self._pending:
+                self._fire(transmission)
 
     def _schedule(self) -> None:
         self._generation += 1
