@@ -15,6 +15,7 @@ reception finishing within a step ending at its exact time.
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -105,7 +106,7 @@ class Slots:
         keep = ~drop
         self.a = {f: v[keep] for f, v in self.a.items()}
         self.up, self.worst = self.up[keep], self.worst[keep]
-        self.objects = [r for r, k in zip(self.objects, keep.tolist(), strict=True) if k]
+        self.objects = list(itertools.compress(self.objects, keep.tolist()))
         return gone
 
     def copy(self) -> tuple[Slots, dict[int, Reception]]:
@@ -125,7 +126,9 @@ class Groups:
     def __init__(self, tr: np.ndarray) -> None:
         self.order = None if np.all(tr[1:] >= tr[:-1]) else np.argsort(tr, kind="stable")
         ordered = tr if self.order is None else tr[self.order]
-        first = np.concatenate([[True], ordered[1:] != ordered[:-1]]) if len(tr) else np.zeros(0, bool)
+        first = (
+            np.concatenate([[True], ordered[1:] != ordered[:-1]]) if len(tr) else np.zeros(0, bool)
+        )
         self.starts = np.flatnonzero(first)
         index = np.cumsum(first) - 1
         if self.order is not None:

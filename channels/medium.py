@@ -101,8 +101,6 @@ Receiver = Callable[[Site, Reception], tuple[float, float]]
 ``site`` is decoded."""
 
 
-
-
 class Medium:
     """Transmitters at sites, stepped together with the interference they cause.
 
@@ -118,9 +116,12 @@ class Medium:
         co_channel: Callable[[int, int], bool],
         receiver: Receiver,
         motion: Motion | None = None,
+        gain_of_squared: Callable[[np.ndarray], np.ndarray] | None = None,
     ) -> None:
         self.gain = gain
         """Path gain over distances in m (a numpy array in, an array out)."""
+        self.gain_of_squared = gain_of_squared or (lambda squared: gain(np.sqrt(squared)))
+        """The same over squared distances (a faster form may be given)."""
         self.co_channel = co_channel
         self.receiver = receiver
         self.motion = motion
@@ -162,6 +163,8 @@ class Medium:
         self._co: np.ndarray | None = None
         self._static: tuple[np.ndarray, ...] | None = None
         self._gains: tuple | None = None
+        self._where: tuple | None = None
+        self._handovers = 0
         self._one_band: tuple[float | None] | None = None
         self._stations: dict[int, tuple[float, float]] = (
             {} if motion is None else dict(enumerate(motion.cells))
@@ -270,15 +273,20 @@ class Medium:
                     site.direction, c)  # fmt: skip
 
     def _positions(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """Every transmitter's (x, y, cell, is-uplink) now."""
+        """Every transmitter's (x, y, cell, is-uplink) now (cached until a tick or a
+        handover)."""
         x, y, cell, up, client, _, _ = self._sites()
         if self.motion is None:
             return x, y, cell, up
+        key = (self._tick, self._handovers)
+        if self._where is not None and self._where[0] == key:
+            return self._where[1]
         assert self.serving is not None
         moving = client >= 0
         x = np.where(moving, self.client_x[np.maximum(client, 0)], x)
         y = np.where(moving, self.client_y[np.maximum(client, 0)], y)
         cell = np.where(moving, self.serving[np.maximum(client, 0)], cell)
+        self._where = (key, (x, y, cell, up))
         return x, y, cell, up
 
     def _power(self) -> np.ndarray:
@@ -340,6 +348,7 @@ class Medium:
         """Detach ``client``'s open receptions at ``t``; they resume after the break."""
         assert self.motion is not None and self.serving is not None
         self.serving[client] = target
+        self._handovers += 1
         resume_at = t + self.motion.schedule.interruption_s
         mine = self.slots.a["client"] == client
         if not mine.any():
@@ -419,8 +428,8 @@ class Medium:
             cells = np.array(sorted(self._stations), dtype=np.int64)
             xy = np.array([self._stations[c] for c in cells.tolist()]).reshape(-1, 2)
             x, y, _, _ = self._positions()
-            d = np.hypot(x[None, :] - xy[:, 0:1], y[None, :] - xy[:, 1:2])
-            g = self.gain(np.maximum(d, 1e-9)) * self._power()[None, :]
+            dx, dy = x[None, :] - xy[:, 0:1], y[None, :] - xy[:, 1:2]
+            g = self.gain_of_squared(np.maximum(dx * dx + dy * dy, 1e-18)) * self._power()[None, :]
             self._gains = (key, cells, g)
         return self._gains[1], self._gains[2]
 
@@ -552,6 +561,6 @@ class Medium:
             twin.twins[id(r)] = r_twin
             twin.suspended.append((at, r_twin, left, up))
         twin.serving = None if self.serving is None else self.serving.copy()
+        twin._where = None
         twin.resent, twin.closed, twin._plan = [], [], None
         return twin
-

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from mecsim.channels.units import FloatOrArray, db_to_linear, require
 
 
@@ -35,3 +37,9 @@ class LogDistancePathLoss:
         """Linear large-scale power gain at ``distance_m`` metres (> 0)."""
         require("distance_m", distance_m, positive=True)
         return db_to_linear(self.constant_db) * (distance_m / self.reference_m) ** -self.exponent
+
+    def gain_of_squared(self, squared_m2: np.ndarray) -> np.ndarray:
+        """:meth:`gain` at distances given squared (m^2, > 0), unchecked: one power, no
+        square root (the hot path of moving clients' geometry)."""
+        scale = db_to_linear(self.constant_db)
+        return scale * (squared_m2 / self.reference_m**2) ** (-0.5 * self.exponent)

@@ -78,8 +78,9 @@ class HandoverSchedule:
         """[client x cell] mean received power at time ``t``, W (per W of noise: path
         gain times the cell's power)."""
         x, y = self.trajectories.positions(t)
-        d = np.hypot(x[:, None] - self._bx[None, :], y[:, None] - self._by[None, :])
-        return self._power[None, :] * np.asarray(self.pathloss.gain(np.maximum(d, 1e-9)))
+        dx, dy = x[:, None] - self._bx[None, :], y[:, None] - self._by[None, :]
+        squared = np.maximum(dx * dx + dy * dy, 1e-18)
+        return self._power[None, :] * self.pathloss.gain_of_squared(squared)
 
     def _evaluate(self, k: int) -> None:
         t = self.tick_time(k)

@@ -69,6 +69,7 @@ class RandomWaypoint(Trajectories):
         n = len(self.x0)
         # legs[j]: depart, arrive, x_from, y_from, x_to, y_to of every client's j-th leg
         self.legs: list[np.ndarray] = []
+        self._stacked: np.ndarray | None = None
         self._next_x, self._next_y, self._free_at = self.x0.copy(), self.y0.copy(), np.zeros(n)
 
     def _draw_leg(self) -> None:
@@ -89,7 +90,9 @@ class RandomWaypoint(Trajectories):
         """[6 x n]: each client's leg under way (or paused after) at ``t``."""
         while float(self._free_at.min()) <= t:
             self._draw_leg()
-        legs = np.stack(self.legs)  # [legs x 6 x n]
+        if self._stacked is None or len(self._stacked) != len(self.legs):
+            self._stacked = np.stack(self.legs)  # [legs x 6 x n]
+        legs = self._stacked
         index = (legs[:, 0, :] <= t).sum(axis=0) - 1
         return legs[index, :, np.arange(len(self.x0))].T
 

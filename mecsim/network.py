@@ -211,6 +211,7 @@ class Network(LinkChecks):
             lambda a, b: co_channel(cells[a], cells[b], reuse),
             receiver,
             motion,
+            self.channel.pathloss.gain_of_squared,
         )
         self._radios = [
             medium.add(SharedTransmitter(c.bandwidth_hz, c.tx_power_w), Site(c.x_m, c.y_m, c.id, "down"))
