@@ -116,3 +116,28 @@ def test_a_clone_advances_without_touching_the_original():
     twin.advance(math.inf)
     assert a.receptions[0].end is None and a.receptions[0].remaining == 8e6
     assert twin.twins[id(a.receptions[0])].end == pytest.approx(8e6 / rate(200.0, 800.0), rel=1e-12)
+
+
+def test_a_wider_interferer_counts_by_the_share_of_its_band_the_receiver_holds():
+    # client 0 on 10 MHz, client 1 on 20 MHz: base station 0 catches half of client 1's
+    # power (10 of its 20 MHz), base station 1 all of client 0's
+    def receiver(site: Site, reception: Reception) -> tuple[float, float]:
+        return BS[site.cell]
+
+    medium = Medium(PATHLOSS.gain, lambda a, b: a != b, receiver)
+    bands = {0: 10e6, 1: 20e6}
+    radios = {c: medium.add(SharedTransmitter(bands[c], POWER), Site(*CLIENTS[c], c, "up", c))
+              for c in CLIENTS}  # fmt: skip
+    a, b = upload(0, 10**7, radios), upload(1, 10**7, radios)
+    medium.start(a)
+    medium.start(b)
+    medium.advance(math.inf)
+
+    s, i = POWER * float(PATHLOSS.gain(200.0)), POWER * float(PATHLOSS.gain(800.0))
+    rate_a = 10e6 * math.log2(1 + s / (NOISE * 10e6 + i * 0.5))
+    rate_b = 20e6 * math.log2(1 + s / (NOISE * 20e6 + i * 1.0))
+    first = 8e7 / rate_b  # b, on the wider band, finishes first
+    assert b.receptions[0].end == pytest.approx(first, rel=1e-12)
+    alone = 10e6 * math.log2(1 + s / (NOISE * 10e6))
+    assert a.receptions[0].end == pytest.approx(first + (8e7 - rate_a * first) / alone, rel=1e-12)
+    assert a.energy_j == pytest.approx(POWER * a.receptions[0].end, rel=1e-12)
