@@ -198,15 +198,9 @@ class Medium:
     def start(self, transmission: Transmission) -> None:
         """Start ``transmission`` now on its transmitter (``transmission.via``)."""
         self._move(self.now)
-        transmission.start = self.now
-        for r in transmission.receptions:
-            r.start = self.now
-            if r.bits <= 0:
-                r.end = self.now
-        if transmission.open:
+        if transmission.begin(self.now):
             self._register(transmission)
         else:
-            transmission.end = self.now
             self.closed.append(transmission)
 
     def join(self, transmission: Transmission, receptions: list[Reception]) -> None:

@@ -185,6 +185,18 @@ class Transmission:
     def open(self) -> bool:
         return any(r.open for r in self.receptions)
 
+    def begin(self, now: float) -> bool:
+        """Start now: its receptions start, empty ones end at once; whether it is open
+        (a transmission with nothing to send ends now)."""
+        self.start = now
+        for r in self.receptions:
+            r.start = now
+            if r.bits <= 0:
+                r.end = now
+        if not self.open:
+            self.end = now
+        return self.open
+
 
 class SharedTransmitter:
     """The transmissions of one transmitter and the fluid state of their receptions."""
@@ -200,15 +212,8 @@ class SharedTransmitter:
 
     def start(self, transmission: Transmission) -> None:
         """Add a transmission starting now (advance to its start first)."""
-        transmission.start = self.now
-        for r in transmission.receptions:
-            r.start = self.now
-            if r.bits <= 0:
-                r.end = self.now
-        if transmission.open:
+        if transmission.begin(self.now):
             self.active.append(transmission)
-        else:
-            transmission.end = self.now
 
     def resume(self, transmission: Transmission) -> None:
         """Add a transmission now that carries on receptions started earlier (a handover's):

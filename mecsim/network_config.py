@@ -247,7 +247,10 @@ class NetworkConfig(Section):
         description="hand over when another cell is received this much stronger (mean power)",
     )
     handover_time_to_trigger_s: float = Field(
-        default=0.1, ge=0, le=1e4, description="... for this long (the condition must hold)"
+        default=0.1,
+        ge=0,
+        le=1e4,
+        description="time-to-trigger: the margin must hold this long before a handover, s",
     )
     handover_interruption_s: float = Field(
         default=0.05, ge=0, le=1e4, description="a handover's break: the client sends and "

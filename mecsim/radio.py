@@ -95,7 +95,33 @@ class ClosedForm:
         return mean_sinr_db(self.sinr_time, self.duration_s)  # type: ignore[return-value]
 
 
-class Radio:
+class _Events:
+    """The SimPy event of each watched reception and transmission, fired once."""
+
+    env: simpy.Environment
+
+    def __init__(self) -> None:
+        self._pending: dict[int, tuple[Reception | Transmission, simpy.Event]] = {}
+        self._order: dict[int, int] = {}  # watch order: ties in time fire in it
+        self._fired: dict[int, simpy.Event] = {}
+
+    def event_of(self, obj: Reception | Transmission) -> simpy.Event:
+        return self._pending[id(obj)][1] if id(obj) in self._pending else self._fired[id(obj)]
+
+    def _watch(self, obj: Reception | Transmission) -> None:
+        self._pending[id(obj)] = (obj, self.env.event())
+        self._order[id(obj)] = len(self._order)
+
+    def _fire(
+        self, obj: Reception | Transmission, value: Reception | Transmission | None = None
+    ) -> None:
+        _, event = self._pending.pop(id(obj))
+        self._order.pop(id(obj), None)
+        self._fired[id(obj)] = event
+        event.succeed(obj if value is None else value)
+
+
+class Radio(_Events):
     """Maps a :class:`SharedTransmitter` onto the event clock.
 
     ``self.tx`` holds the state as of the last transmission start. A start
@@ -107,12 +133,10 @@ class Radio:
     """
 
     def __init__(self, env: simpy.Environment, transmitter: SharedTransmitter) -> None:
+        super().__init__()
         self.env = env
         self.tx = transmitter
-        self._pending: dict[int, tuple[Reception | Transmission, simpy.Event]] = {}
-        self._order: dict[int, int] = {}  # watch order: ties in time fire in it
         self._forecast: dict[int, Reception | Transmission] = {}
-        self._fired: dict[int, simpy.Event] = {}
         self._generation = 0
 
     def start(
@@ -138,22 +162,9 @@ class Radio:
                 self._fire(obj, obj)
         self._schedule()
 
-    def event_of(self, obj: Reception | Transmission) -> simpy.Event:
-        return self._pending[id(obj)][1] if id(obj) in self._pending else self._fired[id(obj)]
-
     def forecast(self, obj: Reception | Transmission) -> Reception | Transmission:
         """How ``obj`` ends if nothing else starts (itself if it has ended)."""
         return self._forecast.get(id(obj), obj)
-
-    def _watch(self, obj: Reception | Transmission) -> None:
-        self._pending[id(obj)] = (obj, self.env.event())
-        self._order[id(obj)] = len(self._order)
-
-    def _fire(self, obj: Reception | Transmission, value: Reception | Transmission) -> None:
-        _, event = self._pending.pop(id(obj))
-        self._order.pop(id(obj), None)
-        self._fired[id(obj)] = event
-        event.succeed(value)
 
     def _sync(self) -> None:
         """Advance the state to now; fire what ended and was not yet fired from a forecast."""
@@ -194,7 +205,7 @@ class Radio:
                 self._fire(obj, self._forecast[key])
 
 
-class MediumRadio:
+class MediumRadio(_Events):
     """Maps a :class:`~mecsim.channels.medium.Medium` onto the event clock, one change
     point at a time.
 
@@ -209,12 +220,10 @@ class MediumRadio:
     """
 
     def __init__(self, env: simpy.Environment, medium: Any) -> None:
+        super().__init__()
         self.env = env
         self.medium = medium
         self.on_resend: Any = None
-        self._pending: dict[int, tuple[Reception | Transmission, simpy.Event]] = {}
-        self._order: dict[int, int] = {}
-        self._fired: dict[int, simpy.Event] = {}
         self._generation = 0
         self._forecasts: dict[int, Reception | Transmission] = {}
         self._forecast_at = -1.0
@@ -244,9 +253,6 @@ class MediumRadio:
         self._forecasts, self._forecast_at = {}, -1.0
         self._schedule()
 
-    def event_of(self, obj: Reception | Transmission) -> simpy.Event:
-        return self._pending[id(obj)][1] if id(obj) in self._pending else self._fired[id(obj)]
-
     def forecast(self, obj: Reception | Transmission) -> Reception | Transmission:
         """How ``obj`` ends if nothing else starts (itself if it has ended): the medium
         copied and advanced until everything on it ends (once per instant)."""
@@ -261,16 +267,6 @@ class MediumRadio:
                 raise ConfigError("network.min_snr_db", str(error)) from None
             self._forecasts, self._forecast_at = clone.twins, self.env.now
         return self._forecasts.get(id(obj), obj)
-
-    def _watch(self, obj: Reception | Transmission) -> None:
-        self._pending[id(obj)] = (obj, self.env.event())
-        self._order[id(obj)] = len(self._order)
-
-    def _fire(self, obj: Reception | Transmission) -> None:
-        _, event = self._pending.pop(id(obj))
-        self._order.pop(id(obj), None)
-        self._fired[id(obj)] = event
-        event.succeed(obj)
 
     def _sync(self) -> None:
         """Advance the medium to now; fire what ended, in watch order; hand over resends."""
