@@ -4,6 +4,7 @@ the cloud, invariants, resume, and one-line errors for bad mobility settings."""
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 import tomli_w
 
@@ -138,3 +139,18 @@ def test_a_client_handing_over_between_cells_takes_part_once_per_edge_round(tiny
     assert (events["phase"] == "handover").any()
     uploads = events[events["phase"].str.startswith("upload")]
     assert uploads.groupby(["round", "client"]).size().max() == 1
+
+
+def test_moving_runs_agree_on_every_executor(tiny):
+    settings = [
+        "algorithm.steps=2",
+        "protocol.rounds=3",
+        *MOVING,
+        "clients.mobility.speed_mps=[300, 500]",
+    ]
+    serial = mecsim.run(tiny, settings, executor="serial", write=False)
+    batched = mecsim.run(tiny, settings, executor="batched", write=False)
+    dry = mecsim.run(tiny, [*settings, "execution.cost_only=true"], write=False)
+    assert (serial.events["phase"] == "handover").any()
+    pd.testing.assert_frame_equal(serial.events, batched.events)
+    pd.testing.assert_frame_equal(serial.events, dry.events)
