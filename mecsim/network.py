@@ -173,11 +173,11 @@ class Network(LinkChecks):
             self._server = Radio(
                 env, SharedTransmitter(self.server_bandwidth_hz, self.server_tx_power_w)
             )
-        self._cell = (
-            None
-            if self.cell_hz is None
-            else simpy.Container(env, capacity=round(self.cell_hz), init=round(self.cell_hz))
-        )
+        hz = None if self.cell_hz is None else round(self.cell_hz)
+        self._bands = None if hz is None else [
+            simpy.Container(env, capacity=hz, init=hz) for _ in self.cells
+        ]  # fmt: skip
+        """Each cell's free uplink band, Hz (a finite ``total_bandwidth_mhz``)."""
         self._open: dict[tuple, Broadcast] = {}
         self._live: dict[tuple, Reception] = {}  # uploads on the medium, by (client, key)
 
@@ -451,12 +451,14 @@ class Network(LinkChecks):
         on_grant: Callable[[float], None] | None = None,
     ) -> Generator[simpy.Event, Any, tuple[float, Reception]]:
         """Client ``client`` sends ``nbytes`` on its own band (after waiting for spectrum,
-        if the cell's band is finite; ``on_grant`` hears when it got it). Returns (when it
-        got the spectrum, its reception)."""
+        if the cell's band is finite: the cell serving it when it asks grants the band and
+        gets it back at the end, even after a handover; ``on_grant`` hears when it got it).
+        Returns (when it got the spectrum, its reception)."""
         assert self.env is not None, "Network.bind(env) first"
         profile = self.clients[client]
-        if self._cell is not None:
-            yield self._cell.get(round(profile.bandwidth_hz))  # whole Hz: exact bookkeeping
+        pool = None if self._bands is None else self._bands[self.cell_of(client)]
+        if pool is not None:
+            yield pool.get(round(profile.bandwidth_hz))  # whole Hz: exact bookkeeping
         granted = self.env.now
         if on_grant is not None:
             on_grant(granted)
@@ -466,12 +468,14 @@ class Network(LinkChecks):
             self._server.start([Transmission([reception], via=self._uplinks[client])])
             ended = yield self._server.event_of(reception)
             del self._live[(client, key)]
+            if pool is not None:
+                yield pool.put(round(profile.bandwidth_hz))
             return granted, ended
         reception = self.upload_progress(client, nbytes, key, granted, math.inf)
         assert reception.end is not None
         yield self.env.timeout(reception.end - granted)
-        if self._cell is not None:
-            yield self._cell.put(round(profile.bandwidth_hz))
+        if pool is not None:
+            yield pool.put(round(profile.bandwidth_hz))
         return granted, reception
 
     def upload_progress(

@@ -55,8 +55,8 @@ class UplinkConfig(LinkConfig):
         default=None,
         gt=0,
         le=1e6,
-        description="cell uplink band; uploads beyond it wait for spectrum, first come first "
-        "served (default: unlimited, each client on its own band as KAPC Table 4)",
+        description="each cell's uplink band; uploads beyond it wait for spectrum, first come "
+        "first served (default: unlimited, each client on its own band as KAPC Table 4)",
     )
 
 

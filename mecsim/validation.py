@@ -261,15 +261,6 @@ def _check_cells(scenario: Scenario) -> list[Problem]:
             read_trace(mobility.trace, clients.count)
         except ValueError as error:
             problems.append(Problem("clients.mobility.trace", str(error)))
-    moving = mobility.model != "static"
-    if (len(cells) > 1 or moving) and scenario.network.uplink.total_bandwidth_mhz is not None:
-        problems.append(
-            Problem(
-                "network.uplink.total_bandwidth_mhz",
-                "a finite uplink band is not modelled with several cells or moving clients "
-                "yet; remove it",
-            )
-        )
     return problems
 
 

@@ -150,9 +150,6 @@ def test_downlinks_of_neighbouring_cells_interfere_while_both_are_on_the_air():
         (["clients.x_m=100", "clients.y_m=0", "clients.distance_m=100"], "clients"),
         (['network.cells=[{x_m=0, y_m=0, device="warp-drive"}]', "clients.x_m=100",
           "clients.y_m=0"], "network.cells.0.device"),
-        (["network.cells=[{x_m=0, y_m=0}, {x_m=500, y_m=0}]", "clients.x_m=100",
-          "clients.y_m=0", "network.uplink.total_bandwidth_mhz=100"],
-         "network.uplink.total_bandwidth_mhz"),
         (["network.cells=[{x_m=0, y_m=0}]", "clients.x_m=0", "clients.y_m=0"], "clients.x_m"),
         (["network.frequency_reuse=0"], "network.frequency_reuse"),
     ],
@@ -193,3 +190,20 @@ def test_serial_batched_and_cost_only_agree_with_several_cells(tiny):
     pd.testing.assert_frame_equal(serial.events, batched.events)
     pd.testing.assert_frame_equal(serial.events, dry.events)
     assert "cell" in serial.events and set(serial.events["cell"]) == {-1, 0, 1}
+
+
+def test_each_cell_grants_its_own_finite_uplink_band(tiny, tmp_path):
+    # three clients near cell 0 and one near cell 1; each cell's band fits one upload
+    scenario = placed(tiny, [(100.0, 0.0), (110.0, 0.0), (120.0, 0.0), (900.0, 0.0)], tmp_path,
+                      **TWO_CELLS)  # fmt: skip
+    settings = [*FAST, "execution.cost_only=true", "clients.num_samples=50",
+                "clients.bandwidth_mhz=10", "clients.device=phone-mid",
+                "network.uplink.total_bandwidth_mhz=10"]  # fmt: skip
+    events = mecsim.run(scenario, settings, write=False).events
+    waits = events[events["phase"] == "wait:spectrum"]
+    uploads = events[events["phase"] == "upload"]
+    assert set(waits["cell"]) == {0} and len(waits) == 2 * 2  # two of three wait, 2 rounds
+    for _, rows in uploads.groupby(["round", "cell"]):  # one upload at a time per cell
+        ordered = rows.sort_values("t_start")
+        assert (ordered["t_start"].to_numpy()[1:] >= ordered["t_end"].to_numpy()[:-1] - 1e-12).all()
+    assert set(uploads["cell"]) == {0, 1}
