@@ -1,0 +1,122 @@
+"""Interference between cells on a medium: who hears whom, and how much.
+
+:class:`Interference` is a mix-in of :class:`~mecsim.channels.medium.Medium`:
+from where the transmitters are and which are on the air, the interference
+every open reception hears, ``P h(d) min(1, b / B)`` summed over the
+co-channel transmitters of other cells in the same direction. Uplinks are
+decoded at their cell's base station, so their interference is summed per
+station from a [station x transmitter] gain table kept per tick; downlinks at
+each client, over the (few) cell radios.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from mecsim.channels.fluid import Slots
+
+
+class Interference:
+    """The interference each open reception of a medium hears (a mix-in)."""
+
+    slots: Slots
+    active_count: np.ndarray
+    co_channel: Callable[[int, int], bool]
+    gain: Callable[[np.ndarray], np.ndarray]
+    gain_of_squared: Callable[[np.ndarray], np.ndarray]
+    _co: np.ndarray | None
+    _gains: tuple | None
+    _one_band: tuple[float | None] | None
+    _stations: dict[int, tuple[float, float]]
+    _tick: int
+
+    def _positions(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        raise NotImplementedError
+
+    def _sites(self) -> tuple[np.ndarray, ...]:
+        raise NotImplementedError
+
+    def _power(self) -> np.ndarray:
+        return self._sites()[5]
+
+    def _width(self) -> np.ndarray:
+        return self._sites()[6]
+
+    def _co_matrix(self, cells: int) -> np.ndarray:
+        if self._co is None or len(self._co) < cells:
+            self._co = np.array([[self.co_channel(a, b) and a != b for b in range(cells)]
+                                 for a in range(cells)], dtype=bool)  # fmt: skip
+        return self._co
+
+    def _heard(self, share_b: np.ndarray) -> np.ndarray:
+        """The interference every open reception hears now: ``P h(d) min(1, b / B)`` over
+        the co-channel transmitters of other cells in the same direction that are on."""
+        a, up = self.slots.a, self.slots.up
+        heard = np.zeros(len(self.slots))
+        x, y, cell, is_up = self._positions()
+        on = self.active_count > 0
+        power, width = self._power(), self._width()
+        rx_cell = cell[a["tx"]]
+        co = self._co_matrix(int(max(cell.max(initial=0), rx_cell.max(initial=0))) + 1)
+        for direction in (True, False):
+            mine = np.flatnonzero(up == direction)
+            senders = np.flatnonzero(on & (is_up == direction))
+            if not len(mine) or not len(senders):
+                continue
+            if direction:  # uplinks: one receiver per base station
+                heard[mine] = self._at_stations(rx_cell[mine], share_b[mine], senders, cell, co)
+                continue
+            d = np.hypot(x[senders][None, :] - a["rx"][mine][:, None],
+                         y[senders][None, :] - a["ry"][mine][:, None])  # fmt: skip
+            hears = co[rx_cell[mine]][:, cell[senders]]
+            g = np.where(hears, self.gain(np.where(hears, np.maximum(d, 1e-9), 1.0)), 0.0)
+            share = np.minimum(1.0, share_b[mine][:, None] / width[senders][None, :])
+            heard[mine] = (g * power[senders][None, :] * share).sum(axis=1)
+        return heard
+
+    def _station_gains(self) -> tuple[np.ndarray, np.ndarray]:
+        """(the base stations' cells, sorted; [station x transmitter] ``P h(d)``), computed
+        once per tick (once with nothing moving)."""
+        key = (self._tick, len(self._stations))
+        if self._gains is None or self._gains[0] != key:
+            cells = np.array(sorted(self._stations), dtype=np.int64)
+            xy = np.array([self._stations[c] for c in cells.tolist()]).reshape(-1, 2)
+            x, y, _, _ = self._positions()
+            dx, dy = x[None, :] - xy[:, 0:1], y[None, :] - xy[:, 1:2]
+            g = self.gain_of_squared(np.maximum(dx * dx + dy * dy, 1e-18)) * self._power()[None, :]
+            self._gains = (key, cells, g)
+        return self._gains[1], self._gains[2]
+
+    def _at_stations(
+        self, rx_cell: np.ndarray, band: np.ndarray, senders: np.ndarray, cell: np.ndarray,
+        co: np.ndarray,
+    ) -> np.ndarray:  # fmt: skip
+        """Uplink interference at each reception's base station: ``sum_u P_u h(d_u) min(1,
+        b / B_u)`` over the co-channel uplinks ``senders``. Bands all equal: one sum per
+        station; else prefix sums over the senders sorted by band (those of band <= b count
+        fully, wider ones by b / B)."""
+        stations, gains = self._station_gains()
+        which = np.searchsorted(stations, rx_cell)
+        width = self._width()
+        if self._uplink_band is not None:  # every uplink has the same band
+            g = (gains[:, senders] * co[stations][:, cell[senders]]).sum(axis=1)
+            return g[which] * np.minimum(1.0, band / self._uplink_band)
+        senders = senders[np.argsort(width[senders], kind="stable")]
+        widths = width[senders]
+        g = gains[:, senders] * co[stations][:, cell[senders]]
+        zero = np.zeros((len(stations), 1))
+        full = np.concatenate([zero, np.cumsum(g, axis=1)], axis=1)
+        scaled = np.concatenate([zero, np.cumsum(g / widths, axis=1)], axis=1)
+        k = np.searchsorted(widths, band, side="right")
+        return full[which, k] + band * (scaled[which, -1] - scaled[which, k])
+
+    @property
+    def _uplink_band(self) -> float | None:
+        """The band of every uplink transmitter, if they all have the same."""
+        if self._one_band is None:
+            _, _, _, up, _, _, width = self._sites()
+            bands = np.unique(width[up])
+            self._one_band = (float(bands[0]) if len(bands) == 1 else None,)
+        return self._one_band[0]
