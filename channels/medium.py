@@ -402,7 +402,6 @@ class Medium(Interference):
     def advance(self, until: float) -> list[Reception]:
         """Move every transmitter to ``until`` together; return the receptions that ended."""
         ended: list[Reception] = []
-        self._ended_in_move: list[Reception] = []
         while True:
             t = self.now
             self._move(t)
@@ -447,7 +446,6 @@ class Medium(Interference):
     def next_change(self) -> float:
         """When the state next changes if nothing starts: a reception ending, a block
         boundary, a deadline, a tick, a handover or a break's end (inf if nothing will)."""
-        self._ended_in_move = []
         self._move(self.now)
         wake = min((s[0] for s in self.suspended), default=math.inf)
         if not len(self.slots):
@@ -479,5 +477,6 @@ class Medium(Interference):
             twin.suspended.append((at, r_twin, left, up))
         twin.serving = None if self.serving is None else self.serving.copy()
         twin._where = None
-        twin.resent, twin.closed, twin._plan = [], [], None
+        twin.resent, twin.closed, twin._ended_in_move, twin._plan = [], [], [], None
+        twin._stations = dict(self._stations)
         return twin

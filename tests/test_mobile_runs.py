@@ -154,3 +154,13 @@ def test_moving_runs_agree_on_every_executor(tiny):
     assert (serial.events["phase"] == "handover").any()
     pd.testing.assert_frame_equal(serial.events, batched.events)
     pd.testing.assert_frame_equal(serial.events, dry.events)
+
+
+@pytest.mark.parametrize("kind", ["wait_free", "fedasync"])
+def test_every_protocol_runs_with_moving_clients_and_keeps_the_invariants(tiny, kind):
+    from mecsim.invariants import check_result
+
+    result = mecsim.run(tiny, [*FAST, *MOVING, "clients.mobility.speed_mps=[300, 500]",
+                               f"protocol.kind={kind}"], write=False)  # fmt: skip
+    assert all(c.ok for c in check_result(result))
+    assert (result.events["phase"] == "upload").any()
