@@ -31,6 +31,11 @@ class Interference:
     _one_band: tuple[float | None] | None
     _stations: dict[int, tuple[float, float]]
     _tick: int
+    _table: tuple | None
+    _band_order: np.ndarray | None
+    motion: object
+    client_x: np.ndarray
+    client_y: np.ndarray
 
     def _positions(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         raise NotImplementedError
@@ -68,13 +73,31 @@ class Interference:
             if direction:  # uplinks: one receiver per base station
                 heard[mine] = self._at_stations(rx_cell[mine], share_b[mine], senders, cell, co)
                 continue
-            d = np.hypot(x[senders][None, :] - a["rx"][mine][:, None],
-                         y[senders][None, :] - a["ry"][mine][:, None])  # fmt: skip
-            hears = co[rx_cell[mine]][:, cell[senders]]
-            g = np.where(hears, self.gain(np.where(hears, np.maximum(d, 1e-9), 1.0)), 0.0)
+            if self.motion is not None:  # gains of every client to every radio, per tick
+                radios, table = self._radio_gains()
+                g = table[a["client"][mine]][:, np.searchsorted(radios, senders)]
+                g = np.where(co[rx_cell[mine]][:, cell[senders]], g, 0.0)
+            else:
+                d = np.hypot(x[senders][None, :] - a["rx"][mine][:, None],
+                             y[senders][None, :] - a["ry"][mine][:, None])  # fmt: skip
+                hears = co[rx_cell[mine]][:, cell[senders]]
+                g = np.where(hears, self.gain(np.where(hears, np.maximum(d, 1e-9), 1.0)), 0.0)
+                g = g * power[senders][None, :]
             share = np.minimum(1.0, share_b[mine][:, None] / width[senders][None, :])
-            heard[mine] = (g * power[senders][None, :] * share).sum(axis=1)
+            heard[mine] = (g * share).sum(axis=1)
         return heard
+
+    def _radio_gains(self) -> tuple[np.ndarray, np.ndarray]:
+        """(the cell radios' transmitter indices; [client x radio] ``P h(d)`` from each
+        radio to each moving client), computed once per tick."""
+        if self._table is None or self._table[0] != self._tick:
+            x, y, _, up = self._positions()
+            radios = np.flatnonzero(~up)
+            dx = self.client_x[:, None] - x[radios][None, :]
+            dy = self.client_y[:, None] - y[radios][None, :]
+            g = self.gain_of_squared(np.maximum(dx * dx + dy * dy, 1e-18))
+            self._table = (self._tick, radios, g * self._power()[radios][None, :])
+        return self._table[1], self._table[2]
 
     def _station_gains(self) -> tuple[np.ndarray, np.ndarray]:
         """(the base stations' cells, sorted; [station x transmitter] ``P h(d)``), computed
@@ -103,7 +126,10 @@ class Interference:
         if self._uplink_band is not None:  # every uplink has the same band
             g = (gains[:, senders] * co[stations][:, cell[senders]]).sum(axis=1)
             return g[which] * np.minimum(1.0, band / self._uplink_band)
-        senders = senders[np.argsort(width[senders], kind="stable")]
+        chosen = np.zeros(len(width), dtype=bool)
+        chosen[senders] = True
+        by_band = self._by_band()
+        senders = by_band[chosen[by_band]]  # the senders in order of band
         widths = width[senders]
         g = gains[:, senders] * co[stations][:, cell[senders]]
         zero = np.zeros((len(stations), 1))
@@ -111,6 +137,12 @@ class Interference:
         scaled = np.concatenate([zero, np.cumsum(g / widths, axis=1)], axis=1)
         k = np.searchsorted(widths, band, side="right")
         return full[which, k] + band * (scaled[which, -1] - scaled[which, k])
+
+    def _by_band(self) -> np.ndarray:
+        """Every transmitter's index, in order of its band (stable)."""
+        if self._band_order is None:
+            self._band_order = np.argsort(self._width(), kind="stable")
+        return self._band_order
 
     @property
     def _uplink_band(self) -> float | None:

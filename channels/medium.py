@@ -162,6 +162,8 @@ class Medium(Interference):
         self._gains: tuple | None = None
         self._where: tuple | None = None
         self._one_band: tuple[float | None] | None = None
+        self._table: tuple | None = None
+        self._band_order: np.ndarray | None = None
 
     def _moving(self, motion: Motion | None) -> None:
         """The state of moving clients: where they are, who serves them, handovers done."""
@@ -190,7 +192,7 @@ class Medium(Interference):
             self.uplink_of[site.client] = transmitter
         else:
             self.radio_of[site.cell] = transmitter
-        self._static = self._one_band = None
+        self._static = self._one_band = self._band_order = None
         return transmitter
 
     @property
