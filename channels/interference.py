@@ -126,10 +126,12 @@ class Interference:
         if self._uplink_band is not None:  # every uplink has the same band
             g = (gains[:, senders] * co[stations][:, cell[senders]]).sum(axis=1)
             return g[which] * np.minimum(1.0, band / self._uplink_band)
-        chosen = np.zeros(len(width), dtype=bool)
-        chosen[senders] = True
-        by_band = self._by_band()
-        senders = by_band[chosen[by_band]]  # the senders in order of band
+        if 8 * len(senders) < len(width):  # few on the air: sort them
+            senders = senders[np.argsort(width[senders], kind="stable")]
+        else:  # many: pick them out of every transmitter in band order
+            chosen = np.zeros(len(width), dtype=bool)
+            chosen[senders] = True
+            senders = self._by_band()[chosen[self._by_band()]]
         widths = width[senders]
         g = gains[:, senders] * co[stations][:, cell[senders]]
         zero = np.zeros((len(stations), 1))
