@@ -29,3 +29,26 @@ def tiny() -> dict[str, Any]:
 def tiny_module() -> dict[str, Any]:
     """The tiny scenario for module-scoped fixtures."""
     return copy.deepcopy(TINY)
+
+
+@pytest.fixture
+def refused(tmp_path, capsys):
+    """``refused(scenario, overrides, field)``: ``mecsim run`` of ``scenario`` with
+    ``overrides`` exits 2 before any work, naming ``field``, with no traceback and no run
+    directory."""
+    import tomli_w
+
+    from mecsim.cli import main
+
+    def check(scenario: dict[str, Any], overrides: list[str], field: str) -> None:
+        path = tmp_path / "s.toml"
+        path.write_text(tomli_w.dumps(scenario))
+        args = ["run", str(path), "--out", str(tmp_path / "run")]
+        for o in overrides:
+            args += ["--set", o]
+        assert main(args) == 2
+        err = capsys.readouterr().err
+        assert field in err and "Traceback" not in err
+        assert not (tmp_path / "run").exists()
+
+    return check

@@ -105,16 +105,8 @@ def test_relay_sends_every_client_update_up_the_backhaul(tiny):
         (["protocol.kind=hierarchical", "protocol.relay=true"], "protocol"),
     ],
 )  # fmt: skip
-def test_bad_mobility_settings_are_refused_in_one_line(tiny, tmp_path, capsys, overrides, field):
-    scenario = tmp_path / "s.toml"
-    scenario.write_text(tomli_w.dumps(tiny))
-    args = ["run", str(scenario), "--out", str(tmp_path / "run")]
-    for o in overrides:
-        args += ["--set", o]
-    assert main(args) == 2
-    err = capsys.readouterr().err
-    assert field in err and "Traceback" not in err
-    assert not (tmp_path / "run").exists()
+def test_bad_mobility_settings_are_refused_in_one_line(tiny, refused, overrides, field):
+    refused(tiny, overrides, field)
 
 
 def test_a_trace_with_a_bad_client_is_refused_naming_the_row(tiny, tmp_path, capsys):
