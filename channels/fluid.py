@@ -20,7 +20,7 @@ import math
 
 import numpy as np
 
-from mecsim.channels.sharing import _DONE, Reception
+from mecsim.channels.sharing import _DONE, Reception, finish_within, send_time
 
 FIELDS = ("remaining", "bits", "sinr_time", "start", "deadline", "coherence", "block",
           "min_sinr", "path_gain", "noise_psd", "interference_w", "fade", "efficiency",
@@ -164,11 +164,15 @@ def horizon(slots: Slots, t: float, rate: np.ndarray, until: float, groups: Grou
     a = slots.a
     if not len(slots):
         return until
-    with np.errstate(divide="ignore", invalid="ignore"):
-        need = np.where(rate > 0, a["remaining"] / np.where(rate > 0, rate, 1.0), math.inf)
+    need = send_time(a["remaining"], rate)
     ends = groups.reduce(np.maximum, t + need)  # a transmission lasts to its last receiver
-    boundary = a["start"] + (a["block"] + 1) * a["coherence"]
-    return float(min(until, ends.min(), boundary.min(), a["deadline"].min()))
+    return float(min(until, ends.min(), next_boundary(slots).min(), a["deadline"].min()))
+
+
+def next_boundary(slots: Slots) -> np.ndarray:
+    """When each open reception's fading block ends (:attr:`Reception.next_boundary`)."""
+    a = slots.a
+    return a["start"] + (a["block"] + 1) * a["coherence"]
 
 
 def step(
@@ -179,20 +183,20 @@ def step(
     a = slots.a
     now = t + step_s
     tol = 1e-12 * max(1.0, abs(now))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        need = np.where(rate > 0, a["remaining"] / np.where(rate > 0, rate, 1.0), math.inf)
+    need = send_time(a["remaining"], rate)
     done = (need <= step_s + tol) | (a["remaining"] <= _DONE * a["bits"])
-    air = np.where(done, np.minimum(need, step_s), step_s)
+    finish, air_if_done = finish_within(t, need, step_s)
+    air = np.where(done, air_if_done, step_s)
     a["sinr_time"] = a["sinr_time"] + sinr * air
     a["remaining"] = np.where(done, 0.0, a["remaining"] - rate * step_s)
     failed = ~done & (now >= a["deadline"] - tol)
-    boundary = ~done & ~failed & (now >= a["start"] + (a["block"] + 1) * a["coherence"] - tol)
+    boundary = ~done & ~failed & (now >= next_boundary(slots) - tol)
     if boundary.any():
         a["block"] = np.where(boundary, a["block"] + 1, a["block"])
         for i in np.flatnonzero(boundary).tolist():
             r = slots.objects[i]
             a["fade"][i] = r.track.gain(int(a["block"][i]))
-    end = np.where(done, t + air, now)
+    end = np.where(done, finish, now)
     return done | failed, failed, end
 
 

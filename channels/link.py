@@ -69,11 +69,9 @@ class LinkBudget:
     interference_w: float = 0.0
     spectral_efficiency: float | None = None
 
-    def __call__(
-        self, bandwidth_hz: float, power_w: float, gain: float, heard_w: float = 0.0
-    ) -> tuple[float, float]:
+    def __call__(self, bandwidth_hz: float, power_w: float, gain: float) -> tuple[float, float]:
         """(rate bit/s, linear SINR) holding ``bandwidth_hz`` at ``power_w`` with fading
-        ``gain``, hearing ``heard_w`` W of interference from other cells besides its own."""
+        ``gain``."""
         if bandwidth_hz <= 0 or power_w < 0 or gain < 0:
             raise ValueError(
                 "need bandwidth_hz > 0, power_w >= 0, gain >= 0; "
@@ -86,7 +84,7 @@ class LinkBudget:
             self.path_gain,
             self.noise_psd_w_hz,
             self.interference_psd_w_hz,
-            self.interference_w + heard_w if heard_w else self.interference_w,
+            self.interference_w,
             self.spectral_efficiency,
         )
 

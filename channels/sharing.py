@@ -215,20 +215,8 @@ class SharedTransmitter:
         if transmission.begin(self.now):
             self.active.append(transmission)
 
-    def resume(self, transmission: Transmission) -> None:
-        """Add a transmission now that carries on receptions started earlier (a handover's):
-        their starts, hence fading blocks and deadlines, are kept."""
-        transmission.start = self.now
-        for r in transmission.receptions:
-            if r.track.coherence_s < math.inf:
-                r.block = max(r.block, math.floor((self.now - r.start) / r.track.coherence_s))
-        self.active.append(transmission)
-
-    def _rates(
-        self, heard: Callable[[Reception], float] | None = None
-    ) -> list[tuple[Transmission, list[tuple[Reception, float, float]]]]:
-        """Per active transmission: (reception, rate, sinr) of each of its open receptions;
-        ``heard(reception)``: the interference it hears from other transmitters, W."""
+    def _rates(self) -> list[tuple[Transmission, list[tuple[Reception, float, float]]]]:
+        """Per active transmission: (reception, rate, sinr) of each of its open receptions."""
         share = self.bandwidth_hz / len(self.active)
         power = self.power_w / len(self.active)
         out = []
@@ -236,11 +224,7 @@ class SharedTransmitter:
             rows = []
             for r in tx.receptions:
                 if r.open:
-                    gain = r.track.gain(r.block)
-                    if heard is None:
-                        rate, sinr = r.rate(share, power, gain)
-                    else:
-                        rate, sinr = r.rate(share, power, gain, heard(r))  # type: ignore[call-arg]
+                    rate, sinr = r.rate(share, power, r.track.gain(r.block))
                     rows.append((r, rate if sinr >= r.min_sinr else 0.0, sinr))
             if tx.worst and rows:
                 lowest = min(rate for _, rate, _ in rows)
@@ -267,14 +251,14 @@ class SharedTransmitter:
             self.now = max(self.now, until)
         return ended
 
-    def plan(self, until: float, heard: Callable[[Reception], float] | None = None) -> tuple[
+    def plan(self, until: float) -> tuple[
         list[tuple[Transmission, list[tuple[Reception, float, float]]]], float
     ]:  # fmt: skip
         """The rates from now and the next change point (at most ``until``): the end of
-        the step :meth:`advance` takes (a :class:`~mecsim.channels.medium.Medium` takes the
-        earliest of its transmitters')."""
+        the step :meth:`advance` takes (:mod:`~mecsim.channels.fluid` does the same on
+        arrays for a medium)."""
         t = self.now
-        groups = self._rates(heard)
+        groups = self._rates()
         horizon = until
         for _, rows in groups:
             finish = t

@@ -79,8 +79,7 @@ class Transfers:
     def _resent(self, sent: Broadcast, continued: Transmission) -> None:
         """A handover re-sends the rest of ``continued`` from the client's new cell: its
         own ``downlink-send:handover`` row, in the round of the transmission it continues."""
-        round_, phase = continued.tag  # type: ignore[misc]
-        sent.transmission.tag = (round_, phase)
+        round_, phase = continued.tag  # type: ignore[misc]  # the resend carries it too
         self._account_send(round_, f"{phase.split(':')[0]}:handover", sent)
 
     def _record_send(
