@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import torch
 
-from mecsim.state import Payload
+from mecsim.learning.state import Payload
 
 
 def weighted_average(payloads: Sequence[Payload], weights: Sequence[float]) -> Payload:

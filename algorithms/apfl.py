@@ -33,8 +33,8 @@ from mecsim.algorithms.base import AlgorithmSettings, ClientState, RoundContext,
 from mecsim.algorithms.fedavg import FedAvg
 from mecsim.algorithms.losses import cross_entropy
 from mecsim.algorithms.registry import ALGORITHMS
-from mecsim.state import ModelState, Payload, TensorDict
-from mecsim.training import Loss, Schedule, TrainResult
+from mecsim.learning.state import ModelState, Payload, TensorDict
+from mecsim.learning.training import Loss, Schedule, TrainResult
 
 W = "w."  # constants: the client's local w_i
 V = "v."  # constants: the personal v_i (the mix task)

@@ -5,18 +5,18 @@ loop. It declares:
 
 * ``Settings`` - its scenario keys (a pydantic subclass of :class:`AlgorithmSettings`);
 * state - :meth:`init_server_state` and :meth:`init_client_state` (dicts of
-  :class:`~mecsim.state.ModelState`, tensors, or anything picklable);
+  :class:`~mecsim.learning.state.ModelState`, tensors, or anything picklable);
 * what goes down - :meth:`downlink` (one broadcast payload, or one payload
   per client when ``broadcast`` is False; a client merges a partial payload
-  into its own state with :func:`~mecsim.state.merge`) - and what goes up -
+  into its own state with :func:`~mecsim.learning.state.merge`) - and what goes up -
   :meth:`upload`;
 * client work - :meth:`round_tasks`, an ordered tuple of :class:`Task` (the
   class attribute ``tasks`` by default; multi-stage algorithms vary it by
   round). At most one task is marked ``uploads``: compute-and-wait runs
   every task then uploads; a wait-free protocol uploads right after it;
 * per task - the model it starts from, its constants, its loss (a pure
-  function, see :mod:`mecsim.training`; its FLOPs are metered, element-wise
-  work included, see :mod:`mecsim.cost`), its schedule, and where the result
+  function, see :mod:`mecsim.learning.training`; its FLOPs are metered, element-wise
+  work included, see :mod:`mecsim.learning.cost`), its schedule, and where the result
   goes: declared on the :class:`Task` itself (``start``, ``constants``,
   ``loss``, ``schedule``, ``finish``), or, for every task that declares none,
   the algorithm-wide hooks :meth:`begin_task`, :meth:`task_constants`,
@@ -50,11 +50,11 @@ import torch
 from pydantic import Field
 from torch import Tensor
 
-from mecsim.config import Section
-from mecsim.models.catalog import Architecture, ModelCatalog
-from mecsim.rng import numpy_rng
-from mecsim.state import ModelState, Payload, TensorDict, by_identity
-from mecsim.training import Loss, Schedule, TrainResult
+from mecsim.common.rng import numpy_rng
+from mecsim.common.section import Section
+from mecsim.learning.models.catalog import Architecture, ModelCatalog
+from mecsim.learning.state import ModelState, Payload, TensorDict, by_identity
+from mecsim.learning.training import Loss, Schedule, TrainResult
 
 ClientState = dict[str, Any]
 ServerState = dict[str, Any]

@@ -46,8 +46,8 @@ from mecsim.algorithms.clustering import kmeans, kmeans_flops
 from mecsim.algorithms.logit_exchange import LogitExchange, soft_decisions
 from mecsim.algorithms.losses import cross_entropy
 from mecsim.algorithms.registry import ALGORITHMS
-from mecsim.state import Payload
-from mecsim.training import Loss, TrainResult
+from mecsim.learning.state import Payload
+from mecsim.learning.training import Loss, TrainResult
 
 
 class CometSettings(AlgorithmSettings):

@@ -15,8 +15,8 @@ from mecsim.algorithms.base import ClientState, RoundContext, Task
 from mecsim.algorithms.losses import proximal_cross_entropy
 from mecsim.algorithms.pflplus import PFLPlus, PFLPlusSettings
 from mecsim.algorithms.registry import ALGORITHMS
-from mecsim.state import Payload, TensorDict
-from mecsim.training import Loss
+from mecsim.learning.state import Payload, TensorDict
+from mecsim.learning.training import Loss
 
 
 class DittoSettings(PFLPlusSettings):

@@ -37,7 +37,7 @@ from torch import Tensor
 from mecsim.algorithms.base import MAX_LR, AlgorithmSettings, ServerState
 from mecsim.algorithms.kapc import KAPC
 from mecsim.algorithms.registry import ALGORITHMS
-from mecsim.state import TensorDict
+from mecsim.learning.state import TensorDict
 
 
 class FedAMPSettings(AlgorithmSettings):

@@ -22,7 +22,7 @@ from mecsim.algorithms.base import (
     Upload,
 )
 from mecsim.algorithms.registry import ALGORITHMS
-from mecsim.state import ModelState, Payload
+from mecsim.learning.state import ModelState, Payload
 
 
 @ALGORITHMS.register("fedavg", "FedAvg: weighted averaging of full models (McMahan et al. 2017)")

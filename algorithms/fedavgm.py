@@ -22,7 +22,7 @@ from mecsim.algorithms.aggregate import weighted_average
 from mecsim.algorithms.base import AlgorithmSettings, RoundContext, ServerState, Upload
 from mecsim.algorithms.fedavg import FedAvg
 from mecsim.algorithms.registry import ALGORITHMS
-from mecsim.state import ModelState
+from mecsim.learning.state import ModelState
 
 
 class FedAvgMSettings(AlgorithmSettings):

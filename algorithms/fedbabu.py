@@ -24,8 +24,8 @@ from pydantic import Field
 from mecsim.algorithms.base import AlgorithmSettings, ClientState, RoundContext, ServerState, Task
 from mecsim.algorithms.fedper import FedPer
 from mecsim.algorithms.registry import ALGORITHMS
-from mecsim.state import ModelState, Payload
-from mecsim.training import Schedule
+from mecsim.learning.state import ModelState, Payload
+from mecsim.learning.training import Schedule
 
 
 class FedBABUSettings(AlgorithmSettings):

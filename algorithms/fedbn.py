@@ -12,7 +12,7 @@ from __future__ import annotations
 from mecsim.algorithms.base import ClientState
 from mecsim.algorithms.fedavg import FedAvg
 from mecsim.algorithms.registry import ALGORITHMS
-from mecsim.errors import ConfigError
+from mecsim.common.errors import ConfigError
 
 NORMALIZED_MODELS = ("cnn-small-bn", "resnet18", "resnet34", "vgg11", "vgg13")
 """The catalog's architectures with BatchNorm layers (a test keeps the list true)."""

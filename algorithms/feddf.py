@@ -39,8 +39,8 @@ from mecsim.algorithms.base import (
 from mecsim.algorithms.fedavg import FedAvg
 from mecsim.algorithms.losses import detached, distillation_kl, prefixed, unprefixed
 from mecsim.algorithms.registry import ALGORITHMS
-from mecsim.state import ModelState, Payload, TensorDict
-from mecsim.training import Loss, Schedule, TrainResult
+from mecsim.learning.state import ModelState, Payload, TensorDict
+from mecsim.learning.training import Loss, Schedule, TrainResult
 
 
 class FedDFSettings(AlgorithmSettings):

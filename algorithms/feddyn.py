@@ -38,8 +38,8 @@ from mecsim.algorithms.base import (
 from mecsim.algorithms.fedavg import FedAvg
 from mecsim.algorithms.losses import cross_entropy_loss, inner_product, proximal
 from mecsim.algorithms.registry import ALGORITHMS
-from mecsim.state import Payload, TensorDict, zeros_like
-from mecsim.training import Loss, TrainResult
+from mecsim.learning.state import Payload, TensorDict, zeros_like
+from mecsim.learning.training import Loss, TrainResult
 
 GRAD = "grad."
 GLOBAL = "global."

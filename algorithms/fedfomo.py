@@ -47,8 +47,8 @@ from mecsim.algorithms.base import (
 )
 from mecsim.algorithms.losses import inference_loss, unprefixed
 from mecsim.algorithms.registry import ALGORITHMS
-from mecsim.state import ModelState, Payload, TensorDict
-from mecsim.training import TrainResult
+from mecsim.learning.state import ModelState, Payload, TensorDict
+from mecsim.learning.training import TrainResult
 
 IDS = "fomo.ids"  # down and up: the clients whose models were sent
 WEIGHTS = "fomo.weights"  # up: eq. (5)'s w_n per downloaded model

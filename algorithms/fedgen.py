@@ -53,10 +53,10 @@ from mecsim.algorithms.base import (
 from mecsim.algorithms.fedavg import FedAvg
 from mecsim.algorithms.losses import cross_entropy, unprefixed
 from mecsim.algorithms.registry import ALGORITHMS
-from mecsim.errors import ConfigError
-from mecsim.models.flops import FlopCount
-from mecsim.state import ModelState, Payload, TensorDict
-from mecsim.training import Loss, TrainResult
+from mecsim.common.errors import ConfigError
+from mecsim.learning.models.flops import FlopCount
+from mecsim.learning.state import ModelState, Payload, TensorDict
+from mecsim.learning.training import Loss, TrainResult
 
 GEN = "gen."  # generator parameters, down
 PRIOR = "gen.prior"  # r-hat, down

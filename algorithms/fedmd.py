@@ -38,7 +38,7 @@ from mecsim.algorithms.base import RoundContext, ServerState, Task, Upload
 from mecsim.algorithms.logit_exchange import LogitExchange, LogitExchangeSettings, TargetLoss
 from mecsim.algorithms.losses import cross_entropy_loss, mean_absolute_error
 from mecsim.algorithms.registry import ALGORITHMS
-from mecsim.training import Loss, Schedule
+from mecsim.learning.training import Loss, Schedule
 
 
 class FedMDSettings(LogitExchangeSettings):

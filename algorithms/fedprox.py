@@ -12,8 +12,8 @@ from mecsim.algorithms.base import AlgorithmSettings, ClientState, RoundContext,
 from mecsim.algorithms.fedavg import FedAvg
 from mecsim.algorithms.losses import proximal_cross_entropy
 from mecsim.algorithms.registry import ALGORITHMS
-from mecsim.state import Payload, TensorDict
-from mecsim.training import Loss
+from mecsim.learning.state import Payload, TensorDict
+from mecsim.learning.training import Loss
 
 
 class FedProxSettings(AlgorithmSettings):

@@ -19,8 +19,8 @@ from pydantic import Field
 from mecsim.algorithms.base import AlgorithmSettings, ClientState, RoundContext, Task
 from mecsim.algorithms.fedper import FedPer
 from mecsim.algorithms.registry import ALGORITHMS
-from mecsim.state import ModelState, Payload
-from mecsim.training import Schedule
+from mecsim.learning.state import ModelState, Payload
+from mecsim.learning.training import Schedule
 
 
 class FedRepSettings(AlgorithmSettings):

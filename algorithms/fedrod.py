@@ -22,8 +22,8 @@ from mecsim.algorithms.base import ClientState, RoundContext, Task
 from mecsim.algorithms.losses import cross_entropy
 from mecsim.algorithms.pflplus import PFLPlus, personal_schedule
 from mecsim.algorithms.registry import ALGORITHMS
-from mecsim.state import ModelState, Payload, TensorDict
-from mecsim.training import Loss, Schedule, TrainResult
+from mecsim.learning.state import ModelState, Payload, TensorDict
+from mecsim.learning.training import Loss, Schedule, TrainResult
 
 MIN_PRIOR = 1e-8  # classes a client never saw get log(1e-8) instead of -inf
 

@@ -32,9 +32,9 @@ from mecsim.algorithms.base import (
 from mecsim.algorithms.fedavg import FedAvg
 from mecsim.algorithms.losses import inference_loss, unprefixed
 from mecsim.algorithms.registry import ALGORITHMS
-from mecsim.rng import derive_seed
-from mecsim.state import ModelState, Payload
-from mecsim.training import TrainResult
+from mecsim.common.rng import derive_seed
+from mecsim.learning.state import ModelState, Payload
+from mecsim.learning.training import TrainResult
 
 CLUSTER = "cluster"  # upload: the hypothesis the client joined
 

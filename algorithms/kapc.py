@@ -74,10 +74,10 @@ from mecsim.algorithms.base import (
 from mecsim.algorithms.layerwise import LayerwiseMixing
 from mecsim.algorithms.losses import cross_entropy_loss, proximal
 from mecsim.algorithms.registry import ALGORITHMS
-from mecsim.models.layers import Layer
-from mecsim.rng import numpy_rng
-from mecsim.state import Payload, TensorDict
-from mecsim.training import Loss
+from mecsim.common.rng import numpy_rng
+from mecsim.learning.models.layers import Layer
+from mecsim.learning.state import Payload, TensorDict
+from mecsim.learning.training import Loss
 
 
 class KAPCSettings(AlgorithmSettings):

@@ -89,8 +89,8 @@ from torch import Tensor
 from mecsim.algorithms.base import ClientState, RoundContext, ServerState, Task
 from mecsim.algorithms.kapc import KAPC, KAPCSettings
 from mecsim.algorithms.registry import ALGORITHMS
-from mecsim.models.layers import Layer
-from mecsim.state import Payload, TensorDict
+from mecsim.learning.models.layers import Layer
+from mecsim.learning.state import Payload, TensorDict
 
 
 class KAPCBLSSettings(KAPCSettings):

@@ -52,7 +52,7 @@ from mecsim.algorithms.logit_exchange import (
 )
 from mecsim.algorithms.losses import kl_to_target
 from mecsim.algorithms.registry import ALGORITHMS
-from mecsim.state import Payload
+from mecsim.learning.state import Payload
 
 
 class KTpFLSettings(LogitExchangeSettings):

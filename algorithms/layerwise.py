@@ -31,8 +31,8 @@ from mecsim.algorithms.base import (
     Task,
     Upload,
 )
-from mecsim.models.layers import Layer
-from mecsim.state import ModelState, Payload, TensorDict
+from mecsim.learning.models.layers import Layer
+from mecsim.learning.state import ModelState, Payload, TensorDict
 
 
 def mix_layers(cube: Tensor, models: TensorDict, layers: tuple[Layer, ...]) -> TensorDict:

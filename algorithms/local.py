@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from mecsim.algorithms.base import Algorithm, ClientState, ServerState, Task
 from mecsim.algorithms.registry import ALGORITHMS
-from mecsim.state import ModelState
+from mecsim.learning.state import ModelState
 
 
 @ALGORITHMS.register("local", "each client trains alone; no communication")

@@ -38,8 +38,8 @@ from mecsim.algorithms.base import (
     Task,
     Upload,
 )
-from mecsim.state import ModelState, Payload, TensorDict
-from mecsim.training import Loss, Schedule, TrainResult
+from mecsim.learning.state import ModelState, Payload, TensorDict
+from mecsim.learning.training import Loss, Schedule, TrainResult
 
 TargetLoss = Callable[[Tensor, Tensor], Tensor]
 """``target_loss(student_logits, target_rows) -> scalar``: distance to the server's target."""

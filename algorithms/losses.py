@@ -1,7 +1,7 @@
 """Loss helpers algorithms compose: cross-entropy, proximal terms, distillation.
 
 Every helper is a pure tensor function, so losses built from them run
-unchanged one client at a time or vmapped over many (see :mod:`mecsim.training`).
+unchanged one client at a time or vmapped over many (see :mod:`mecsim.learning.training`).
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from mecsim.state import ModelState, TensorDict
-from mecsim.training import Batch, Forward, Loss
+from mecsim.learning.state import ModelState, TensorDict
+from mecsim.learning.training import Batch, Forward, Loss
 
 
 def cross_entropy(logits: Tensor, labels: Tensor) -> Tensor:

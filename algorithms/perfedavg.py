@@ -40,8 +40,8 @@ from mecsim.algorithms.base import AlgorithmSettings, ClientState, ServerState, 
 from mecsim.algorithms.fedavg import FedAvg
 from mecsim.algorithms.losses import cross_entropy, inner_product
 from mecsim.algorithms.registry import ALGORITHMS
-from mecsim.state import ModelState, TensorDict
-from mecsim.training import Batch, Forward, Loss, Schedule
+from mecsim.learning.state import ModelState, TensorDict
+from mecsim.learning.training import Batch, Forward, Loss, Schedule
 
 
 class PerFedAvgSettings(AlgorithmSettings):

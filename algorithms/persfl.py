@@ -50,8 +50,8 @@ from mecsim.algorithms.losses import (
     unprefixed,
 )
 from mecsim.algorithms.registry import ALGORITHMS
-from mecsim.state import ModelState, Payload, TensorDict
-from mecsim.training import Loss, Schedule, TrainResult
+from mecsim.learning.state import ModelState, Payload, TensorDict
+from mecsim.learning.training import Loss, Schedule, TrainResult
 
 TEACHER = "teacher."
 

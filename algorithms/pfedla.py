@@ -61,8 +61,8 @@ from mecsim.algorithms.base import (
 )
 from mecsim.algorithms.layerwise import LayerwiseMixing
 from mecsim.algorithms.registry import ALGORITHMS
-from mecsim.rng import numpy_rng
-from mecsim.state import ModelState, Payload, TensorDict
+from mecsim.common.rng import numpy_rng
+from mecsim.learning.state import ModelState, Payload, TensorDict
 
 
 class PFedLASettings(AlgorithmSettings):

@@ -20,7 +20,7 @@ One SGD step of the ``local`` task is one local round: its loss is
 gradient is ``lambda (w - theta~)``; ``algorithm.lr`` is eta and
 ``algorithm.steps`` R. The inner steps' forward and backward passes are
 metered like any other, element-wise work (the proximal term, the inner
-updates) included (:mod:`mecsim.cost`).
+updates) included (:mod:`mecsim.learning.cost`).
 
 Paper and authors' code (``CharlieDinh/pFedMe``) differ in two places:
 
@@ -57,8 +57,8 @@ from mecsim.algorithms.losses import (
     proximal_cross_entropy,
 )
 from mecsim.algorithms.registry import ALGORITHMS
-from mecsim.state import ModelState, Payload, TensorDict
-from mecsim.training import Batch, Forward, Loss, Schedule
+from mecsim.learning.state import ModelState, Payload, TensorDict
+from mecsim.learning.training import Batch, Forward, Loss, Schedule
 
 
 class PFedMeSettings(AlgorithmSettings):

@@ -18,8 +18,8 @@ from pydantic import Field
 
 from mecsim.algorithms.base import AlgorithmSettings, ClientState, RoundContext, Task
 from mecsim.algorithms.fedavg import FedAvg
-from mecsim.state import ModelState, Payload
-from mecsim.training import Schedule
+from mecsim.learning.state import ModelState, Payload
+from mecsim.learning.training import Schedule
 
 
 class PFLPlusSettings(AlgorithmSettings):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from mecsim.registry import Registry
+from mecsim.common.registry import Registry
 
 if TYPE_CHECKING:
     from mecsim.algorithms.base import Algorithm

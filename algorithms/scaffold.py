@@ -6,7 +6,7 @@ c_i (zeros at start). Both directions carry a model and a control variate:
 * down: (x, c);
 * local steps (line 10): ``y <- y - eta_l (g_i(y) - c_i + c)``: the gradient
   step through the optimizer, the correction ``c - c_i`` applied after it,
-  outside the momentum buffer (:data:`~mecsim.training.STEP_CORRECTION`, as
+  outside the momentum buffer (:data:`~mecsim.learning.training.STEP_CORRECTION`, as
   the authors' and NIID-Bench's code do). As a loss term ``<y, c - c_i>`` the
   constant correction went through momentum 0.9 and moved the model 3.6x
   (K = 8 steps) to 7x (K = 28) further than option II's ``(x - y)/(K eta_l)``
@@ -48,8 +48,8 @@ from mecsim.algorithms.base import (
 )
 from mecsim.algorithms.fedavg import FedAvg
 from mecsim.algorithms.registry import ALGORITHMS
-from mecsim.state import ModelState, Payload, TensorDict, zeros_like
-from mecsim.training import STEP_CORRECTION, TrainResult
+from mecsim.learning.state import ModelState, Payload, TensorDict, zeros_like
+from mecsim.learning.training import STEP_CORRECTION, TrainResult
 
 C = "c."  # payload prefix of control variates
 DY = "dy."  # payload prefix of model deltas

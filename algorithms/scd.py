@@ -57,8 +57,8 @@ from mecsim.algorithms.spectral import (
     spectrum,
     weight_names,
 )
-from mecsim.state import Payload, TensorDict
-from mecsim.training import Loss
+from mecsim.learning.state import Payload, TensorDict
+from mecsim.learning.training import Loss
 
 
 class SCDSettings(PFLPlusSettings):

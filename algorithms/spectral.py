@@ -44,7 +44,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from mecsim.state import TensorDict
+from mecsim.learning.state import TensorDict
 
 EPS = 1e-12
 

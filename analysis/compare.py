@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 import tomllib
 
-from mecsim.errors import MecsimError
+from mecsim.common.errors import MecsimError
 
 DEFAULT_BASELINE = "protocol.kind=compute_and_wait"
 """The run a speedup is measured against: this setting, every other one equal."""

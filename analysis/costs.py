@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from mecsim.recorder import BYTE_FLOWS, flow
+from mecsim.engine.recorder import BYTE_FLOWS, flow
 
 PHASES = ("upload", "download", "compute", "server")
 

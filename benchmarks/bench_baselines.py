@@ -44,7 +44,7 @@ PINNED = [
 def settings(name: str, momentum: float) -> list[str]:
     """The quickstart at Dirichlet(0.1) with algorithm ``name`` and what it needs."""
     from mecsim.algorithms import ALGORITHMS
-    from mecsim.conformance import requirements
+    from mecsim.commands.conformance import requirements
 
     algorithm = ALGORITHMS.get(name)
     kinds = sorted(algorithm.protocols or ["compute_and_wait"])
@@ -65,7 +65,7 @@ def settings(name: str, momentum: float) -> list[str]:
 
 def run_one(name: str, momentum: float) -> dict[str, object]:
     import mecsim
-    from mecsim.errors import MecsimError
+    from mecsim.common.errors import MecsimError
 
     started = time.perf_counter()
     try:
@@ -90,7 +90,7 @@ def run_one(name: str, momentum: float) -> dict[str, object]:
 def new_client_row(name: str, held_out: int) -> dict[str, object]:
     """The quickstart with ``held_out`` new clients, adapted both ways."""
     import mecsim
-    from mecsim.conformance import requirements
+    from mecsim.commands.conformance import requirements
 
     row: dict[str, object] = {"algorithm": name}
     for adaptation in ("algorithm", "finetune"):

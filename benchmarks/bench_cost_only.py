@@ -28,7 +28,7 @@ CHILD = """
 import json, resource, sys, time
 started = time.perf_counter()
 import mecsim
-import mecsim.runner
+import mecsim.runs.runner
 imported = time.perf_counter()
 clients, bulk, rounds = int(sys.argv[1]), sys.argv[2] == "1", int(sys.argv[3])
 if clients:

@@ -2,7 +2,7 @@
 
 Each client holds its own model (as Ditto's or FedPer's clients do) and a
 local test set; the evaluator predicts every client's test set with its own
-model, either one ``predict`` per client or :func:`mecsim.training.predict_many`
+model, either one ``predict`` per client or :func:`mecsim.learning.training.predict_many`
 (what runs with the batched executor). Prints both times, their ratio,
 whether the predicted labels are identical, and the bound: one model
 predicting all the clients' samples at once.
@@ -17,9 +17,9 @@ import time
 
 import torch
 
-from mecsim.models import build_model
-from mecsim.state import ModelState
-from mecsim.training import predict, predict_many
+from mecsim.learning.models import build_model
+from mecsim.learning.state import ModelState
+from mecsim.learning.training import predict, predict_many
 
 
 def timed(fn, repeat: int) -> tuple[float, list[torch.Tensor]]:

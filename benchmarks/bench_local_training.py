@@ -3,7 +3,7 @@
 For K clients of one architecture, each doing S SGD steps of batch B on its
 own data, time (1) the serial trainer one client after another, (2) the
 batched trainer (one vmapped computation over stacked clients, the model
-hand-batched where mecsim.models.stacked supports it), (3) the same with every
+hand-batched where mecsim.learning.models.stacked supports it), (3) the same with every
 layer through vmap's batching rules, for comparison, and (4) the throughput
 bound: ONE model doing S steps of batch K*B (the same samples). Ratios are
 measured side by side in one process, the four interleaved, best of
@@ -22,9 +22,9 @@ import torch
 
 from mecsim.algorithms.losses import cross_entropy_loss
 from mecsim.executors import train_batched
-from mecsim.models import build_model
-from mecsim.state import ModelState
-from mecsim.training import ModelFunction, Schedule, SplitData, train
+from mecsim.learning.models import build_model
+from mecsim.learning.state import ModelState
+from mecsim.learning.training import ModelFunction, Schedule, SplitData, train
 
 CASES = {
     "cnn-small": ((1, 8, 8), 10),

@@ -15,9 +15,9 @@ import torch
 
 from mecsim.algorithms.losses import cross_entropy_loss
 from mecsim.executors import train_batched
-from mecsim.models import build_model
-from mecsim.state import ModelState, payload_nbytes
-from mecsim.training import ModelFunction, Schedule, SplitData
+from mecsim.learning.models import build_model
+from mecsim.learning.state import ModelState, payload_nbytes
+from mecsim.learning.training import ModelFunction, Schedule, SplitData
 
 GIB = 2**30
 

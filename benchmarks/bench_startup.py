@@ -29,7 +29,7 @@ RECORD = """
 import json, sys
 import torch
 torch_modules = set(sys.modules)
-import mecsim.cli, mecsim.runner as runner
+import mecsim.commands.cli, mecsim.runs.runner as runner
 start_writers, seen = runner._import_writers_in_background, {}
 
 def snapshot():
@@ -37,7 +37,7 @@ def snapshot():
     start_writers()
 
 runner._import_writers_in_background = snapshot
-code = mecsim.cli.main(["run", "scenarios/quickstart.toml", "--no-progress",
+code = mecsim.commands.cli.main(["run", "scenarios/quickstart.toml", "--no-progress",
                         "--set", "protocol.rounds=2", "--set", f"output.dir={sys.argv[1]}"])
 assert code == 0, code
 before = set(seen["before"])
@@ -51,8 +51,8 @@ names = json.loads(sys.stdin.read())
 started = time.perf_counter()
 import torch
 torch_done = time.perf_counter()
-import mecsim.cli
-mecsim.cli._import_run_machinery()
+import mecsim.commands.cli
+mecsim.commands.cli._import_run_machinery()
 for name in names:
     if name not in sys.modules and not name.endswith("__main__"):
         try:
@@ -65,7 +65,7 @@ print(json.dumps({"torch_s": torch_done - started, "beyond_s": done - torch_done
 
 TIME_WRITING = """
 import json, sys, time
-import mecsim.cli, mecsim.runner as runner
+import mecsim.commands.cli, mecsim.runs.runner as runner
 write, spent = runner.write_run_directory, []
 
 def timed(*args, **kwargs):
@@ -75,7 +75,7 @@ def timed(*args, **kwargs):
 
 runner.write_run_directory = timed
 started = time.perf_counter()
-code = mecsim.cli.main(["run", "scenarios/quickstart.toml", "--no-progress",
+code = mecsim.commands.cli.main(["run", "scenarios/quickstart.toml", "--no-progress",
                         "--set", f"output.dir={sys.argv[1]}", "--set", "output.overwrite=true"])
 assert code == 0, code
 print(json.dumps({"wall_s": time.perf_counter() - started, "write_s": spent[0]}))

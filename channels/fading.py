@@ -14,7 +14,7 @@ from typing import Protocol
 
 import numpy as np
 
-from mecsim.registry import Registry
+from mecsim.common.registry import Registry
 
 
 class Fading(Protocol):

@@ -5,7 +5,7 @@ Each transmitter (a cell's downlink radio, a client's uplink) is a
 transmitter has a transmission on the air it radiates its full power P_U over
 its band B_U. A reception on transmitter T hears every other active
 transmitter U of the same direction in a co-channel cell (see
-:func:`mecsim.geometry.co_channel`) as interference
+:func:`mecsim.net.geometry.co_channel`) as interference
 
     I = sum_U P_U h(|s_U - q|) min(1, b / B_U)
 
@@ -23,7 +23,7 @@ of :meth:`SharedTransmitter.advance`, coupled).
 With moving clients (a :class:`Motion`), every tick (``motion.tick_s``) is a
 change point too: clients' positions, hence every open reception's path gain
 and the interference geometry, are those of the tick's start. A handover
-(:class:`~mecsim.handover.HandoverSchedule`) detaches the client's open
+(:class:`~mecsim.net.handover.HandoverSchedule`) detaches the client's open
 receptions at its time; after the interruption each goes on as a new
 transmission, a downlink one from the new cell's radio (in :attr:`Medium.resent`
 for the caller to account for), an uplink one from the client's own
@@ -53,7 +53,7 @@ from mecsim.channels.sharing import (
 
 
 class Schedule(Protocol):
-    """Handovers over time (:class:`mecsim.handover.HandoverSchedule`)."""
+    """Handovers over time (:class:`mecsim.net.handover.HandoverSchedule`)."""
 
     interruption_s: float
 

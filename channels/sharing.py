@@ -12,7 +12,7 @@ nothing, and a reception still unfinished ``max_s`` after it started fails.
 
 Rates are constant between change points (a transmission starting or ending,
 a receiver finishing, a block boundary, a deadline), so :meth:`advance` steps
-from one to the next. The engine is pure: a caller (``mecsim.network``) maps
+from one to the next. The engine is pure: a caller (``mecsim.net.network``) maps
 its times onto the event clock and asks :meth:`predict` when the next
 reception ends if nothing else starts.
 """

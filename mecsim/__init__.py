@@ -1,29 +1,33 @@
 """mecsim: personalized federated learning over a simulated wireless MEC network.
 
 Python API: ``mecsim.run(scenario, overrides, out=..., device=...)`` returns a
-:class:`~mecsim.runner.RunResult` with the events, rounds and clients tables;
+:class:`~mecsim.runs.runner.RunResult` with the events, rounds and clients tables;
 ``mecsim.load(run_dir)`` reads one back; ``mecsim.compare(run_dirs)`` and
 ``mecsim.sweep(scenario, {key: values}, out)`` return comparison tables
-(:mod:`mecsim.api`).
+(:mod:`mecsim.commands.api`).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from mecsim.common import moved
+
 __version__ = "0.1.0"
 
+moved.install()  # the flat 0.1 module paths (``mecsim.state``, ...) still import
+
 if TYPE_CHECKING:
-    from mecsim.api import compare, load, sweep
-    from mecsim.runner import run
-    from mecsim.scenario import load_scenario
+    from mecsim.commands.api import compare, load, sweep
+    from mecsim.config.scenario import load_scenario
+    from mecsim.runs.runner import run
 
 _LAZY = {
-    "run": "mecsim.runner",
-    "load_scenario": "mecsim.scenario",
-    "load": "mecsim.api",
-    "compare": "mecsim.api",
-    "sweep": "mecsim.api",
+    "run": "mecsim.runs.runner",
+    "load_scenario": "mecsim.config.scenario",
+    "load": "mecsim.commands.api",
+    "compare": "mecsim.commands.api",
+    "sweep": "mecsim.commands.api",
 }
 """Public functions and the module defining each: imported on first use, so that
 ``import mecsim`` (the CLI's first import, plug-ins) does not import torch."""

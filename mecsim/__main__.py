@@ -1,3 +1,3 @@
-from mecsim.cli import entry
+from mecsim.commands.cli import entry
 
 entry()

@@ -38,7 +38,7 @@ def refused(tmp_path, capsys):
     directory."""
     import tomli_w
 
-    from mecsim.cli import main
+    from mecsim.commands.cli import main
 
     def check(scenario: dict[str, Any], overrides: list[str], field: str) -> None:
         path = tmp_path / "s.toml"

@@ -1,14 +1,18 @@
-"""Executors: backends that run client jobs (serial, batched, ray)."""
+"""Executors: where client jobs run (serial, batched under vmap, Ray, cost-only), all
+through ``run_tasks``.
+
+May import algorithms, learning and common; nothing of the network or the clock.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
 
+from mecsim.common.registry import Registry
 from mecsim.executors.base import ClientJob, Executor, JobResult, TrainingContext, run_tasks
 from mecsim.executors.batched import BatchedExecutor, train_batched
 from mecsim.executors.serial import SerialExecutor
-from mecsim.registry import Registry
 
 EXECUTORS: Registry[Callable[..., Executor]] = Registry("executor", "execution.executor")
 EXECUTORS.add("serial", SerialExecutor, "one client job after another (reference backend)")

@@ -31,12 +31,12 @@ from mecsim.algorithms.base import (
     start_of,
 )
 from mecsim.algorithms.losses import proximal
-from mecsim.cost import StepMeter
-from mecsim.errors import ConfigError
-from mecsim.models.catalog import ModelCatalog
-from mecsim.rng import torch_generator
-from mecsim.state import ModelState, Payload, TensorDict
-from mecsim.training import (
+from mecsim.common.errors import ConfigError
+from mecsim.common.rng import torch_generator
+from mecsim.learning.cost import StepMeter
+from mecsim.learning.models.catalog import ModelCatalog
+from mecsim.learning.state import ModelState, Payload, TensorDict
+from mecsim.learning.training import (
     Loss,
     ModelFunction,
     Schedule,

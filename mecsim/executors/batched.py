@@ -32,8 +32,8 @@ from mecsim.executors.base import (
     TrainingContext,
     metered_training_flops,
 )
-from mecsim.state import ModelState, TensorDict, stack
-from mecsim.training import (
+from mecsim.learning.state import ModelState, TensorDict, stack
+from mecsim.learning.training import (
     Loss,
     ModelFunction,
     Schedule,

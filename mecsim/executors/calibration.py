@@ -29,8 +29,8 @@ import torch
 
 from mecsim.algorithms.losses import cross_entropy_loss
 from mecsim.executors.batched import train_batched
-from mecsim.state import ModelState, payload_nbytes
-from mecsim.training import ModelFunction, Schedule, SplitData, train
+from mecsim.learning.state import ModelState, payload_nbytes
+from mecsim.learning.training import ModelFunction, Schedule, SplitData, train
 
 SERIAL_MARGIN = 1.2
 """``auto`` runs serial only when the probe's serial step is this much faster than batched."""

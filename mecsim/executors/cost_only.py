@@ -28,8 +28,8 @@ from mecsim.executors.base import (
     TrainingContext,
     metered_training_flops,
 )
-from mecsim.state import ModelState
-from mecsim.training import TrainResult
+from mecsim.learning.state import ModelState
+from mecsim.learning.training import TrainResult
 
 
 def skip_training(ctx: TrainingContext, batch: TaskBatch) -> list[TrainResult]:

@@ -33,9 +33,9 @@ from typing import Any
 
 import torch
 
-from mecsim.errors import ConfigError, ExecutorLost, MecsimError
+from mecsim.common.errors import ConfigError, ExecutorLost, MecsimError
 from mecsim.executors.base import ClientJob, JobResult, TrainingContext
-from mecsim.state import ModelState
+from mecsim.learning.state import ModelState
 
 log = logging.getLogger(__name__)
 

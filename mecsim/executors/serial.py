@@ -8,7 +8,7 @@ from mecsim.executors.base import (
     TrainingContext,
     metered_training_flops,
 )
-from mecsim.training import TrainResult, train
+from mecsim.learning.training import TrainResult, train
 
 
 def train_serially(ctx: TrainingContext, batch: TaskBatch) -> list[TrainResult]:

@@ -39,11 +39,11 @@ from pydantic import Field
 
 from mecsim.algorithms.aggregate import payload_difference
 from mecsim.algorithms.base import SERVER, Upload
-from mecsim.errors import ConfigError
+from mecsim.common.errors import ConfigError
+from mecsim.engine.simulation import Process, Simulation
+from mecsim.learning.state import Payload
 from mecsim.protocols.registry import register_protocol, uploading_task_index
 from mecsim.protocols.settings import ProtocolSettings
-from mecsim.simulation import Process, Simulation
-from mecsim.state import Payload
 
 
 class AsyncSettings(ProtocolSettings):

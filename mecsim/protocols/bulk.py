@@ -2,12 +2,12 @@
 
 In a compute-and-wait round on static links (no fading, deadline, faults,
 drawn interference or shared uplink band; see
-:meth:`~mecsim.network.Network.closed_form_blocker`) with a broadcast
+:meth:`~mecsim.net.network.Network.closed_form_blocker`) with a broadcast
 downlink, every selected client does the same thing: receive the broadcast,
 run its tasks, upload. Each activity's times then follow in closed form from
-the one before (:meth:`~mecsim.network.Network.closed_form_broadcast`,
-:func:`~mecsim.devices.compute_seconds`,
-:meth:`~mecsim.network.Network.closed_form_uploads`), so this module computes
+the one before (:meth:`~mecsim.net.network.Network.closed_form_broadcast`,
+:func:`~mecsim.learning.devices.compute_seconds`,
+:meth:`~mecsim.net.network.Network.closed_form_uploads`), so this module computes
 them for all clients at once and records the rows the per-client processes
 would have recorded, in the order they would have.
 
@@ -17,7 +17,7 @@ the functions the event engine calls, applied to arrays
 :func:`~mecsim.channels.sharing.step_length` and
 :func:`~mecsim.channels.sharing.finish_within`, the steps of
 :meth:`SharedTransmitter.advance <mecsim.channels.sharing.SharedTransmitter.advance>`;
-:func:`~mecsim.devices.compute_seconds`, :func:`~mecsim.devices.energy_j`;
+:func:`~mecsim.learning.devices.compute_seconds`, :func:`~mecsim.learning.devices.energy_j`;
 :func:`~mecsim.channels.sharing.mean_sinr_db`,
 :func:`~mecsim.channels.sharing.effective_rate`). What only this module does
 is the ordering:
@@ -33,7 +33,7 @@ is the ordering:
 The clock still belongs to SimPy: the round ends with one timeout to the
 instant the last client finished. Event times are the clock's own floating-
 point values (``now + delay``), not rounded ones, so the tables are identical
-to the per-client path's (``tests/test_bulk_rounds.py`` checks this).
+to the per-client path's (``tests/protocols/test_bulk_rounds.py`` checks this).
 ``execution.bulk_rounds = false`` turns the path off.
 """
 
@@ -49,14 +49,14 @@ import numpy as np
 
 from mecsim.algorithms.base import SERVER, Upload
 from mecsim.channels.sharing import PermanentOutage
-from mecsim.devices import compute_seconds, energy_j
-from mecsim.errors import ConfigError
+from mecsim.common.errors import ConfigError
+from mecsim.common.gc_pause import paused_gc
+from mecsim.engine.recorder import EVENT_COLUMNS
+from mecsim.engine.simulation import Process, Simulation
 from mecsim.executors import JobResult
-from mecsim.gc_pause import paused_gc
-from mecsim.radio import ClosedForm
-from mecsim.recorder import EVENT_COLUMNS
-from mecsim.simulation import Process, Simulation
-from mecsim.state import Payload, by_identity, payload_nbytes, state_nbytes
+from mecsim.learning.devices import compute_seconds, energy_j
+from mecsim.learning.state import Payload, by_identity, payload_nbytes, state_nbytes
+from mecsim.net.radio import ClosedForm
 
 
 def bulk_downlink(

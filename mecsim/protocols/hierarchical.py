@@ -61,12 +61,12 @@ import simpy
 from pydantic import Field, model_validator
 
 from mecsim.algorithms.base import SERVER, Algorithm, ServerState, Upload
-from mecsim.devices import DEVICES, energy_j
+from mecsim.engine.simulation import Process, Simulation
+from mecsim.learning.devices import DEVICES, energy_j
+from mecsim.learning.state import payload_nbytes
 from mecsim.protocols.registry import register_protocol
 from mecsim.protocols.settings import ProtocolSettings
 from mecsim.protocols.synchronous import _aggregate, _prepare, caw_clients
-from mecsim.simulation import Process, Simulation
-from mecsim.state import payload_nbytes
 
 
 class HierarchicalSettings(ProtocolSettings):

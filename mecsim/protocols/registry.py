@@ -5,12 +5,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from mecsim.errors import ConfigError
+from mecsim.common.errors import ConfigError
+from mecsim.common.registry import Registry
 from mecsim.protocols.settings import ProtocolSettings
-from mecsim.registry import Registry
 
 if TYPE_CHECKING:
-    from mecsim.simulation import Process, Simulation
+    from mecsim.engine.simulation import Process, Simulation
 
 ProtocolProcess = Callable[["Simulation"], "Process"]
 

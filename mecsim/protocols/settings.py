@@ -1,7 +1,7 @@
 """Settings every protocol shares; each protocol subclasses them with its own keys.
 
 A key of another protocol is an error that names the protocol it belongs to
-(see :func:`mecsim.scenario.validate_scenario`).
+(see :func:`mecsim.config.scenario.validate_scenario`).
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from mecsim.config import Section
+from mecsim.common.section import Section
 
 
 class ProtocolSettings(Section):

@@ -40,14 +40,14 @@ import simpy
 from pydantic import Field, model_validator
 
 from mecsim.algorithms.base import Task, Upload, schedule_of
+from mecsim.common.gc_pause import paused_gc
+from mecsim.engine.simulation import Process, Simulation
 from mecsim.executors import JobResult
-from mecsim.gc_pause import paused_gc
+from mecsim.learning.state import Payload
+from mecsim.net.radio import Delivery
 from mecsim.protocols.bulk import bulk_downlink, compute_and_wait_clients
 from mecsim.protocols.registry import register_protocol, uploading_task_index
 from mecsim.protocols.settings import ProtocolSettings
-from mecsim.radio import Delivery
-from mecsim.simulation import Process, Simulation
-from mecsim.state import Payload
 
 
 class ComputeAndWaitSettings(ProtocolSettings):

@@ -9,7 +9,7 @@ from mecsim.channels import (
     RicianFading,
     make_fading,
 )
-from mecsim.errors import UnknownNameError
+from mecsim.common.errors import UnknownNameError
 
 
 def _draws(model, seed: int = 0, n: int = 20000) -> np.ndarray:

@@ -18,7 +18,7 @@ from mecsim.channels.sharing import (
     send_time,
     step_length,
 )
-from mecsim.devices import compute_seconds, energy_j
+from mecsim.learning.devices import compute_seconds, energy_j
 
 positive = st.floats(1e-6, 1e12, allow_nan=False, allow_infinity=False)
 nonnegative = st.floats(0.0, 1e12, allow_nan=False, allow_infinity=False)

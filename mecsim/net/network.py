@@ -1,0 +1,499 @@
+"""Client radios, the server's shared transmitter, and the timing of every transfer.
+
+This is the one place a transfer's duration and energy come from; the
+simulator asks it and records what it answers. The physics (see docs/design.md,
+"Physical layer"):
+
+* **Downlink**: the server has one transmitter (``network.downlink``
+  bandwidth and power). Transmissions active at once share it equally, power
+  in proportion to bandwidth (constant PSD), re-divided as they end
+  (:class:`~mecsim.channels.sharing.SharedTransmitter`). A broadcast is one
+  transmission to many receivers: rateless decoding by default (each at its
+  own rate), or ``broadcast_rate = "worst"``. Unicast payloads are one
+  transmission each. Transmissions every protocol starts (synchronous
+  rounds, asynchronous jobs, the public split) go through the same radio;
+  broadcasts of the same payload started at the same instant are one.
+* **Uplink**: FDMA; each client transmits on its own bandwidth at its own
+  power. With ``network.uplink.total_bandwidth_mhz`` the cell's band is
+  finite: an upload waits (first come, first served) until its bandwidth is free.
+* **Fading**: block fading, a new draw every ``network.coherence_ms`` from the
+  stream ``(seed, "fading", direction, client, job, attempt)``; below
+  ``network.min_snr_db`` a block carries nothing; a transfer unfinished after
+  ``network.max_transfer_s`` fails and is retried ``network.retries`` times.
+* **Cells**: with several cells (``network.cells``) every cell's radio and every
+  client's uplink share one :class:`~mecsim.channels.medium.Medium`: a reception
+  hears the co-channel transmitters of other cells while they transmit, and each
+  cell broadcasts to the clients associated with it.
+* **Energy**: a client's transmit power over its upload; its receive power
+  over its download; the server's power over each transmission, split like
+  its band (the sum over transmissions is full power x busy time).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Generator, Sequence
+from dataclasses import dataclass
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import simpy
+
+from mecsim.channels import (
+    ChannelModel,
+    LogDistancePathLoss,
+    NoFading,
+    dbm_to_w,
+    make_fading,
+)
+from mecsim.channels.medium import Medium, Motion, Site
+from mecsim.channels.sharing import (
+    FadingTrack,
+    PermanentOutage,
+    Reception,
+    SharedTransmitter,
+    Transmission,
+    finish_within,
+    send_time,
+    step_length,
+)
+from mecsim.common.distributions import sample_attribute
+from mecsim.common.errors import ConfigError
+from mecsim.common.rng import numpy_rng
+from mecsim.learning.devices import DeviceProfile
+from mecsim.net.geometry import Cell, co_channel
+from mecsim.net.handover import HandoverSchedule
+from mecsim.net.link_checks import LinkChecks
+from mecsim.net.mobility import Trajectories
+from mecsim.net.radio import Broadcast, ClosedForm, Delivery, MediumRadio, Radio
+from mecsim.net.settings import NetworkConfig, build_cells
+
+if TYPE_CHECKING:
+    from mecsim.net.settings import LinkConfig
+
+
+@dataclass(frozen=True, slots=True)
+class ClientProfile:
+    """A client's static attributes (SI units)."""
+
+    id: int
+    distance_m: float
+    """To the client's cell."""
+    bandwidth_hz: float
+    tx_power_dbm: float
+    device: DeviceProfile
+    cell: int = 0
+    """The cell it is associated with."""
+    x_m: float = math.nan
+    y_m: float = math.nan
+    """Its position (nan when the scenario places clients by distance only)."""
+
+    @property
+    def tx_power_w(self) -> float:
+        return float(dbm_to_w(self.tx_power_dbm))
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+class Network(LinkChecks):
+    """Times uplink and downlink transfers for a fixed set of clients (see the module docstring)."""
+
+    def __init__(
+        self,
+        config: NetworkConfig,
+        clients: Sequence[ClientProfile],
+        seed: int,
+        cells: Sequence[Cell] | None = None,
+        trajectories: Trajectories | None = None,
+    ) -> None:
+        self.config = config
+        self.clients = list(clients)
+        self.seed = seed
+        self.cells = list(cells or build_cells(config, ""))
+        self.channel = ChannelModel(
+            pathloss=LogDistancePathLoss(config.pathloss_db, config.reference_m, config.exponent),
+            fading=make_fading(
+                config.fading,
+                rician_k=config.rician_k,
+                shadowing_sigma_db=config.shadowing_sigma_db,
+            ),
+            noise_psd_dbm_hz=config.noise_psd_dbm_hz,
+            spectral_efficiency=config.spectral_efficiency,
+        )
+        self.server_bandwidth_hz = self.cells[0].bandwidth_hz
+        self.server_tx_power_w = self.cells[0].tx_power_w
+        self.medium: Medium | None = None
+        """With several cells, every transmitter on one :class:`Medium` (interference)."""
+        self.coherence_s = config.coherence_ms / 1e3
+        self.min_sinr = 0.0 if config.min_snr_db is None else 10 ** (config.min_snr_db / 10)
+        self.max_s = config.max_transfer_s or math.inf
+        cell = config.uplink.total_bandwidth_mhz
+        self.cell_hz = None if cell is None else cell * 1e6
+        if self.cell_hz is not None:
+            widest = max((c.bandwidth_hz for c in self.clients), default=0.0)
+            if widest > self.cell_hz:
+                raise ConfigError(
+                    "network.uplink.total_bandwidth_mhz",
+                    f"{cell} MHz is narrower than a client's {widest / 1e6:.3g} MHz uplink; "
+                    "widen the cell or narrow clients.bandwidth_mhz",
+                )
+        self.env: simpy.Environment | None = None
+        self._gains: np.ndarray | None = None
+        self._constants: dict[str, np.ndarray] | None = None
+        self.trajectories = trajectories
+        self.on_resend: Callable[[Broadcast, Transmission], None] | None = None
+        """Hears each downlink transmission a handover starts at a client's new cell."""
+        self.handovers: HandoverSchedule | None = None
+        """With moving clients: who serves whom when (positions every coherence block)."""
+        if trajectories is not None and trajectories.moving:
+            self.handovers = HandoverSchedule(
+                trajectories,
+                self.cells,
+                self.channel.pathloss,
+                self.coherence_s,
+                config.handover_margin_db,
+                config.handover_time_to_trigger_s,
+                config.handover_interruption_s,
+                np.array([c.cell for c in self.clients], dtype=np.int64),
+            )
+        self._check_outage()
+
+    def bind(self, env: simpy.Environment) -> None:
+        """Attach the network to the run's event clock (the simulator calls this)."""
+        self.env = env
+        self._server: Radio | MediumRadio
+        if len(self.cells) > 1 or self.handovers is not None:
+            self.medium = self._medium()
+            self._server = MediumRadio(env, self.medium)
+            self._server.on_resend = self._resent
+        else:
+            self._server = Radio(
+                env, SharedTransmitter(self.server_bandwidth_hz, self.server_tx_power_w)
+            )
+        hz = None if self.cell_hz is None else round(self.cell_hz)
+        self._bands = None if hz is None else [
+            simpy.Container(env, capacity=hz, init=hz) for _ in self.cells
+        ]  # fmt: skip
+        """Each cell's free uplink band, Hz (a finite ``total_bandwidth_mhz``)."""
+        self._open: dict[tuple, Broadcast] = {}
+        self._live: dict[tuple, Reception] = {}  # uploads on the medium, by (client, key)
+
+    def _medium(self) -> Medium:
+        """Every cell's radio and every client's uplink on one medium (see
+        :mod:`mecsim.channels.medium`)."""
+        cells, clients, reuse = self.cells, self.clients, self.config.frequency_reuse
+        gain = self.channel.pathloss.gain
+        motion = None
+        if self.handovers is not None:
+            assert self.trajectories is not None
+            motion = Motion(
+                self.trajectories.positions,
+                self.handovers,
+                [(c.x_m, c.y_m) for c in cells],
+                self.coherence_s,
+                np.array([c.cell for c in clients], dtype=np.int64),
+                restart=self.config.handover_transfer == "restart",
+            )
+
+        def receiver(site: Site, reception: Reception) -> tuple[float, float]:
+            if site.direction == "up":
+                return cells[site.cell].x_m, cells[site.cell].y_m
+            if motion is not None:
+                c = reception.client
+                return float(medium.client_x[c]), float(medium.client_y[c])
+            return clients[reception.client].x_m, clients[reception.client].y_m
+
+        medium = Medium(
+            gain,
+            lambda a, b: co_channel(cells[a], cells[b], reuse),
+            receiver,
+            motion,
+            self.channel.pathloss.gain_of_squared,
+        )
+        self._radios = [
+            medium.add(SharedTransmitter(c.bandwidth_hz, c.tx_power_w), Site(c.x_m, c.y_m, c.id, "down"))
+            for c in cells
+        ]  # fmt: skip
+        self._uplinks = [
+            medium.add(SharedTransmitter(c.bandwidth_hz, c.tx_power_w), Site(c.x_m, c.y_m, c.cell, "up", c.id))
+            for c in clients
+        ]  # fmt: skip
+        return medium
+
+    def _resent(self, transmission: Transmission, continued: Transmission) -> None:
+        """A handover re-sent the rest of ``continued`` as ``transmission`` from the client's
+        new cell: tell :attr:`on_resend` (with the bytes it carries and the cell)."""
+        if self.on_resend is not None:
+            assert self.medium is not None and transmission.via is not None
+            cell = self.medium.sites[id(transmission.via)].cell
+            nbytes = int(max(r.remaining for r in transmission.receptions)) // 8
+            done = self._server.event_of(transmission)
+            self.on_resend(Broadcast(transmission, nbytes, done, cell), continued)
+
+    def cell_of(self, client: int) -> int:
+        """The cell serving ``client`` now."""
+        if self.handovers is not None and self.env is not None:
+            return self.handovers.cell_of(client, self.env.now)
+        return self.clients[client].cell
+
+    # --- closed forms (bulk rounds) ------------------------------------------------------
+    def closed_form_blocker(self) -> str | None:
+        """Why a transfer's timing needs the event-driven engine, or None when every transfer
+        alone on its link has a closed form: no fading, no deadline (so no failure or retry),
+        no interference drawn per transfer, and a per-client uplink band (no waiting)."""
+        if not isinstance(self.channel.fading, NoFading):
+            return "fading"
+        if self.config.max_transfer_s is not None:
+            return "network.max_transfer_s"
+        if self.cell_hz is not None:
+            return "network.uplink.total_bandwidth_mhz"
+        if len(self.cells) > 1:
+            return "network.cells (interference between cells)"
+        if self.handovers is not None:
+            return "clients.mobility (moving clients)"
+        for link in (self.config.uplink, self.config.downlink):
+            if link.interference_w is not None or link.interference_dbm is not None:
+                return "interference drawn per transfer"
+        return None
+
+    def link_constants(self) -> dict[str, np.ndarray]:
+        """Per client (by id): path gain, uplink bandwidth and power, each computed by the
+        scalar code the engine runs, so closed forms reproduce it bit for bit."""
+        if self._constants is None:
+            assert all(c.id == i for i, c in enumerate(self.clients)), "clients are 0..n-1"
+            gain = self.channel.pathloss.gain  # as ChannelModel.budget computes it
+            self._constants = {
+                "path_gain": np.array([float(gain(c.distance_m)) for c in self.clients]),
+                "bandwidth_hz": np.array([float(c.bandwidth_hz) for c in self.clients]),
+                "tx_power_w": np.array([c.tx_power_w for c in self.clients]),
+                "down_bandwidth_hz": np.array([self.cells[c.cell].bandwidth_hz for c in self.clients]),
+                "down_power_w": np.array([self.cells[c.cell].tx_power_w for c in self.clients]),
+            }  # fmt: skip
+        return self._constants
+
+    def _closed_form(
+        self,
+        link: LinkConfig,
+        clients: np.ndarray,
+        bits: np.ndarray,
+        start: np.ndarray | float,
+        bandwidth_hz: np.ndarray | float,
+        power_w: np.ndarray | float,
+        broadcast: bool = False,
+        worst: bool = False,
+    ) -> ClosedForm | None:
+        """Receptions of transmissions each alone on its transmitter from ``start`` (or, with
+        ``broadcast``, one transmission to all): :meth:`SharedTransmitter.advance`'s single
+        step in numpy, operation for operation (alone, a transmission's share of the band
+        and power, ``B / 1`` and ``P / 1``, is ``B`` and ``P`` exactly). None if a link is in
+        outage."""
+        psd = link.interference_dbm_hz
+        interference_psd = 0.0 if psd is None else float(dbm_to_w(psd))
+        path_gain = self.link_constants()["path_gain"][clients]
+        rate, sinr = self._static_rates(path_gain, bandwidth_hz, power_w, interference_psd)
+        if np.any(sinr < self.min_sinr):
+            return None
+        if worst and len(rate):
+            rate = np.full_like(sinr, rate.min())
+        if np.any(rate <= 0):
+            return None
+        need = send_time(bits.astype(float), rate)
+        start = np.broadcast_to(np.asarray(start, dtype=float), need.shape)
+        # one step to the last finish; a broadcast's receivers share the step
+        finish = np.maximum(start, start + need)
+        if broadcast:
+            finish = np.full_like(finish, finish.max(initial=-math.inf))
+        step = step_length(start, finish)
+        end, air = finish_within(start, need, step)
+        return ClosedForm(clients, bits, start.copy(), end, sinr * air, step)
+
+    def closed_form_broadcast(
+        self, clients: Sequence[int], nbytes: int, start: float
+    ) -> ClosedForm | None:
+        """A lone broadcast of ``nbytes`` from the idle server radio to ``clients`` at
+        ``start`` (see :meth:`closed_form_blocker`); None if a link is in outage."""
+        ids = np.asarray(clients, dtype=np.int64)
+        bits = np.full(len(ids), 8 * nbytes, dtype=np.int64)
+        worst = self.config.downlink.broadcast_rate == "worst"
+        return self._closed_form(
+            self.config.downlink,
+            ids,
+            bits,
+            float(start),
+            self.server_bandwidth_hz,
+            self.server_tx_power_w,
+            broadcast=True,
+            worst=worst,
+        )
+
+    def closed_form_uploads(
+        self, clients: np.ndarray, nbytes: np.ndarray, start: np.ndarray
+    ) -> ClosedForm | None:
+        """Each client's upload of ``nbytes`` on its own band from ``start`` (see
+        :meth:`closed_form_blocker`); None if a link is in outage."""
+        const = self.link_constants()
+        return self._closed_form(
+            self.config.uplink,
+            clients,
+            8 * nbytes,
+            start,
+            const["bandwidth_hz"][clients],
+            const["tx_power_w"][clients],
+        )
+
+    def sync(self) -> None:
+        """Advance the server radio's state to now (its open receptions' bits and energy)."""
+        self._server._sync()
+        if self.medium is not None:
+            self.medium.write_back()
+
+    def server_busy(self) -> bool:
+        """Whether a transmission is on the server's radio now (its state advanced to now)."""
+        self._server._sync()
+        if self.medium is not None:
+            return any(self.medium.busy(radio) for radio in self._radios)
+        return bool(self._server.tx.active)
+
+    # --- link budgets ------------------------------------------------------------------
+    def _interference(self, link: LinkConfig, direction: str, client: int, key: tuple) -> float:
+        if link.interference_w is None and link.interference_dbm is None:
+            return 0.0
+        rng = numpy_rng(self.seed, "interference", direction, client, *key)
+        if link.interference_w is not None:
+            value = float(sample_attribute(link.interference_w, rng, 1)[0])
+        else:
+            value = dbm_to_w(float(sample_attribute(link.interference_dbm, rng, 1)[0]))
+        return max(value, 0.0)
+
+    def _reception(self, direction: str, client: int, nbytes: int, key: tuple) -> Reception:
+        link = self.config.uplink if direction == "up" else self.config.downlink
+        psd = link.interference_dbm_hz
+        budget = self.channel.budget(
+            self.clients[client].distance_m,
+            interference_w=self._interference(link, direction, client, key),
+            interference_psd_w_hz=0.0 if psd is None else float(dbm_to_w(psd)),
+        )
+        track = FadingTrack(
+            self.channel.fading,
+            numpy_rng(self.seed, "fading", direction, client, *key),
+            self.coherence_s,
+        )
+        return Reception(client, 8 * nbytes, budget, track, self.max_s, self.min_sinr)
+
+    # --- downlink ---------------------------------------------------------------------
+    def downlink(
+        self, nbytes: dict[int, int], key: tuple, broadcast: bool, join: object = None
+    ) -> tuple[dict[int, Delivery], list[Broadcast]]:
+        """Start the server's transmission(s) of ``nbytes[client]`` to each client, now.
+
+        ``broadcast``: one payload to all (one transmission; a later call with
+        the same ``join`` key at the same instant adds its receivers to it);
+        else one transmission per client. ``key`` names the fading streams. Returns each client's :class:`Delivery` and
+        the transmissions started (their ``done`` events end the server's airtime).
+        """
+        assert self.env is not None, "Network.bind(env) first"
+        worst = self.config.downlink.broadcast_rate == "worst"
+        deliveries: dict[int, Delivery] = {}
+        started: list[Broadcast] = []
+        receptions = {
+            c: self._reception("down", c, n, key) for c, n in sorted(nbytes.items()) if n > 0
+        }
+        opened = False  # a new broadcast forgets those of other keys (one open at a time)
+        for cell, members in self._by_cell(receptions).items():
+            via = self._radios[cell] if self.medium is not None else None
+            if broadcast:
+                size = max(nbytes[c] for c in members)
+                joined = self._open.get((join, cell)) if join is not None else None
+                if joined is not None and joined.transmission.start == self.env.now:
+                    self._server.start([], [(joined.transmission, list(members.values()))])
+                    continue
+                transmission = Transmission(list(members.values()), worst, via=via)
+                self._server.start([transmission])
+                joined = Broadcast(transmission, size, self._server.event_of(transmission), cell)
+                self._open = self._open if opened else {}
+                opened = True
+                if join is not None:
+                    self._open[(join, cell)] = joined
+                started.append(joined)
+            else:
+                transmissions = {c: Transmission([r], worst, via=via) for c, r in members.items()}
+                self._server.start(list(transmissions.values()))
+                for c, transmission in transmissions.items():
+                    done = self._server.event_of(transmission)
+                    started.append(Broadcast(transmission, nbytes[c], done, cell))
+        for c, r in receptions.items():  # one transmitter: forecast now; a medium: when asked
+            forecast = (
+                partial(self._server.forecast, r) if self.medium is not None
+                else partial(_same, self._server.forecast(r))
+            )  # fmt: skip
+            deliveries[c] = Delivery(r, nbytes[c], key, self._server.event_of(r), forecast)  # type: ignore[arg-type]
+        return deliveries, started
+
+    def _by_cell(self, receptions: dict[int, Reception]) -> dict[int, dict[int, Reception]]:
+        """``receptions`` grouped by the cell whose radio serves them (all in cell 0 with
+        one cell), in client order within each cell."""
+        if self.medium is None:
+            return {0: receptions} if receptions else {}
+        groups: dict[int, dict[int, Reception]] = {}
+        for c, r in receptions.items():
+            groups.setdefault(self.cell_of(c), {})[c] = r
+        return dict(sorted(groups.items()))
+
+    # --- uplink -----------------------------------------------------------------------
+    def upload(
+        self,
+        client: int,
+        nbytes: int,
+        key: tuple,
+        on_grant: Callable[[float], None] | None = None,
+    ) -> Generator[simpy.Event, Any, tuple[float, Reception]]:
+        """Client ``client`` sends ``nbytes`` on its own band (after waiting for spectrum,
+        if the cell's band is finite: the cell serving it when it asks grants the band and
+        gets it back at the end, even after a handover; ``on_grant`` hears when it got it).
+        Returns (when it got the spectrum, its reception)."""
+        assert self.env is not None, "Network.bind(env) first"
+        profile = self.clients[client]
+        pool = None if self._bands is None else self._bands[self.cell_of(client)]
+        if pool is not None:
+            yield pool.get(round(profile.bandwidth_hz))  # whole Hz: exact bookkeeping
+        granted = self.env.now
+        if on_grant is not None:
+            on_grant(granted)
+        if self.medium is not None:  # on the air with every other transmitter
+            reception = self._reception("up", client, nbytes, key)
+            self._live[(client, key)] = reception
+            self._server.start([Transmission([reception], via=self._uplinks[client])])
+            ended = yield self._server.event_of(reception)
+            del self._live[(client, key)]
+            if pool is not None:
+                yield pool.put(round(profile.bandwidth_hz))
+            return granted, ended
+        reception = self.upload_progress(client, nbytes, key, granted, math.inf)
+        assert reception.end is not None
+        yield self.env.timeout(reception.end - granted)
+        if pool is not None:
+            yield pool.put(round(profile.bandwidth_hz))
+        return granted, reception
+
+    def upload_progress(
+        self, client: int, nbytes: int, key: tuple, granted: float, until: float
+    ) -> Reception:
+        """The upload :meth:`upload` started at ``granted``, as it stands at ``until`` (the
+        same seeded fading and interference, so the same bits): open if unfinished. On a
+        medium: the upload on the air, as it stands now."""
+        if self.medium is not None:
+            self.sync()
+            return self._live[(client, key)]
+        profile = self.clients[client]
+        reception = self._reception("up", client, nbytes, key)
+        transmitter = SharedTransmitter(profile.bandwidth_hz, profile.tx_power_w)
+        transmitter.now = granted
+        transmitter.start(Transmission([reception]))
+        try:
+            transmitter.advance(until)
+        except PermanentOutage as error:
+            raise ConfigError("network.min_snr_db", str(error)) from None
+        return reception

@@ -1,0 +1,55 @@
+import pytest
+import torch
+
+from mecsim.algorithms.aggregate import weighted_average
+from mecsim.learning.state import payload_nbytes
+
+
+def test_weighted_average_weights_by_sample_count():
+    a = {"w": torch.tensor([0.0, 2.0]), "n": torch.tensor(4)}
+    b = {"w": torch.tensor([4.0, 6.0]), "n": torch.tensor(8)}
+
+    avg = weighted_average([a, b], [1, 3])
+
+    torch.testing.assert_close(avg["w"], torch.tensor([3.0, 5.0]))
+    assert avg["n"].dtype == torch.int64 and int(avg["n"]) == 7
+
+
+def test_weighted_average_rejects_bad_input():
+    with pytest.raises(ValueError):
+        weighted_average([], [])
+    with pytest.raises(ValueError):
+        weighted_average([{"w": torch.zeros(1)}], [0.0])
+
+
+def test_payload_nbytes_is_sum_of_numel_times_element_size():
+    payload = {
+        "a": torch.zeros(3, 4),
+        "b": torch.zeros(5, dtype=torch.float64),
+        "c": torch.tensor(1),
+    }
+
+    assert payload_nbytes(payload) == 12 * 4 + 5 * 8 + 8
+    assert payload_nbytes(None) == 0
+
+
+def test_partial_payloads_average_each_key_over_the_clients_that_sent_it():
+    from mecsim.algorithms.aggregate import weighted_average
+
+    a = {"body": torch.tensor([1.0]), "head": torch.tensor([10.0])}
+    b = {"body": torch.tensor([3.0])}  # sent no head
+    averaged = weighted_average([a, b], [1.0, 3.0])
+
+    torch.testing.assert_close(averaged["body"], torch.tensor([2.5]))
+    torch.testing.assert_close(averaged["head"], torch.tensor([10.0]))
+
+
+def test_merge_replaces_only_the_entries_a_partial_payload_holds():
+    from mecsim.learning.state import ModelState
+
+    state = ModelState({"w": torch.zeros(2), "h": torch.zeros(1)}, {"bn": torch.ones(1)})
+    merged = state.merge({"w": torch.ones(2), "extra": torch.ones(3)})
+
+    assert torch.equal(merged.params["w"], torch.ones(2))
+    assert torch.equal(merged.params["h"], torch.zeros(1))
+    assert torch.equal(merged.buffers["bn"], torch.ones(1))

@@ -1,0 +1,95 @@
+"""The CUDA path: runs only where a CUDA device exists (skipped elsewhere)."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+import torch
+
+import mecsim
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+@pytest.fixture
+def full_float32(monkeypatch):
+    """CUDA's convolutions and matmuls in float32, not TF32, so CPU and GPU agree closely."""
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
+
+
+@pytest.mark.parametrize("algorithm", ["fedavg", "scd"])
+def test_batched_and_serial_on_cuda_give_the_cpu_tables(tiny, algorithm, full_float32):
+    overrides = {"algorithm.name": algorithm}
+    cpu = mecsim.run(tiny, overrides, write=False, executor="serial")
+    batched = mecsim.run(tiny, overrides, write=False, executor="batched", device="cuda")
+    serial = mecsim.run(tiny, overrides, write=False, executor="serial", device="cuda")
+
+    for result in (batched, serial):
+        pd.testing.assert_frame_equal(result.events, cpu.events)  # costs depend on shapes only
+        assert result.summary["device"] == "cuda"
+    for name, value in serial.server_state["global"].params.items():
+        torch.testing.assert_close(
+            batched.server_state["global"].params[name], value, rtol=1e-4, atol=1e-5
+        )
+        torch.testing.assert_close(
+            value.cpu(), cpu.server_state["global"].params[name], rtol=1e-4, atol=1e-5
+        )
+
+
+def test_auto_on_cuda_is_batched_and_sized_from_the_gpus_memory(tiny):
+    result = mecsim.run(tiny, write=False, device="cuda")
+    calibration = result.summary["calibration"]
+
+    assert result.summary["executor"] == "batched" and calibration["serial_s"] is None
+    free = torch.cuda.mem_get_info()[0]
+    assert 0 < calibration["budget_bytes"] <= free
+    assert calibration["max_clients"] == calibration["budget_bytes"] // calibration["client_bytes"]
+
+
+def test_grouped_personalized_predictions_on_cuda_equal_one_at_a_time():
+    from mecsim.learning.models import build_model
+    from mecsim.learning.state import ModelState
+    from mecsim.learning.training import predict, predict_many
+
+    model = build_model("cnn-small-bn", input_shape=(1, 8, 8), num_classes=10, seed=0).cuda()
+    base = ModelState.of(model)
+    states = [
+        ModelState({k: v + 0.1 * torch.rand_like(v) for k, v in base.params.items()}, base.buffers)
+        for _ in range(6)
+    ]
+    inputs = [torch.randn(n, 1, 8, 8, device="cuda") for n in (0, 3, 9, 1, 12, 5)]
+
+    grouped = predict_many(model, states, inputs)
+    for state, x, labels in zip(states, inputs, grouped, strict=True):
+        assert labels.device.type == "cuda"
+        assert torch.equal(labels, predict(model, state, x))
+
+
+@pytest.mark.parametrize("name", ["cnn-small-bn", "mlp"])
+def test_the_hand_batched_forward_on_cuda_equals_vmap_rules(name, full_float32):
+    from torch.func import vmap
+
+    from mecsim.learning.models import build_model
+    from mecsim.learning.state import ModelState, stack
+    from mecsim.learning.training import ModelFunction
+
+    model = build_model(name, input_shape=(1, 8, 8), num_classes=10, seed=0).cuda().train()
+    base = ModelState.of(model)
+    params = stack(
+        [{k: v + 0.05 * torch.randn_like(v) for k, v in base.params.items()} for _ in range(4)]
+    )
+    buffers = stack([base.buffers] * 4)
+    x = torch.randn(4, 6, 1, 8, 8, device="cuda")
+
+    def run(function):
+        leaves = {k: v.clone().requires_grad_(True) for k, v in params.items()}
+        logits = vmap(lambda p, b, x: function(p, {k: v.clone() for k, v in b.items()}, x))(
+            leaves, buffers, x
+        )["logits"]
+        return logits, torch.autograd.grad(logits.square().sum(), list(leaves.values()))
+
+    hand, rules = run(ModelFunction(model)), run(ModelFunction(model, hand_batched=False))
+    torch.testing.assert_close(hand[0], rules[0], rtol=1e-5, atol=1e-5)
+    for a, b in zip(hand[1], rules[1], strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)

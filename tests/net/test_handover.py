@@ -1,0 +1,147 @@
+"""Handovers against closed forms: when a client moving on a straight line hands over,
+and what a handover does to a transfer under way (the medium with a stub schedule)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from mecsim.channels import LogDistancePathLoss
+from mecsim.channels.fading import NoFading
+from mecsim.channels.link import LinkBudget
+from mecsim.channels.medium import Medium, Motion, Site
+from mecsim.channels.sharing import FadingTrack, Reception, SharedTransmitter, Transmission
+from mecsim.channels.units import dbm_to_w
+from mecsim.net.geometry import Cell
+from mecsim.net.handover import Handover, HandoverSchedule
+from mecsim.net.mobility import Trace, TraceMobility
+
+PATHLOSS = LogDistancePathLoss(-40.0, 1.0, 4.0)
+NOISE = float(dbm_to_w(-174.0))
+CELLS = [Cell(0, 0.0, 0.0, 20e6, 1.0, "edge"), Cell(1, 1000.0, 0.0, 20e6, 1.0, "edge")]
+
+
+def line(x0: float, x1: float, speed: float) -> TraceMobility:
+    """One client from (x0, 0) to (x1, 0) at ``speed`` m/s, from t = 0."""
+    trace = Trace(np.array([0.0, abs(x1 - x0) / speed]), np.array([0, 0]),
+                  np.array([x0, x1]), np.array([0.0, 0.0]))  # fmt: skip
+    return TraceMobility(np.array([x0]), np.array([0.0]), trace)
+
+
+def schedule(mobility, tick=0.01, margin=3.0, ttt=0.1, interruption=0.05) -> HandoverSchedule:
+    return HandoverSchedule(
+        mobility, CELLS, PATHLOSS, tick, margin, ttt, interruption, np.array([0])
+    )
+
+
+@pytest.mark.parametrize(
+    ("margin", "ttt", "speed"), [(3.0, 0.1, 10.0), (6.0, 0.32, 30.0), (0.0, 0.0, 1.5)]
+)
+def test_a_client_crossing_the_boundary_hands_over_once_when_margin_and_ttt_say(margin, ttt, speed):
+    tick = 0.01
+    s = schedule(line(100.0, 900.0, speed), tick, margin, ttt)
+    s.advance(800.0 / speed)
+    # cell 1 is stronger by the margin once (x / (1000 - x))^4 > 10^(margin / 10)
+    ratio = 10 ** (margin / 40)
+    crossing = (1000 * ratio / (1 + ratio) - 100.0) / speed
+    first_tick = math.floor(crossing / tick) + 1  # the first tick past the crossing
+    expected = (first_tick + math.ceil(ttt / tick - 1e-9)) * tick
+    assert len(s.handovers) == 1
+    h = s.handovers[0]
+    assert (h.client, h.source, h.target) == (0, 0, 1)
+    assert h.t == pytest.approx(expected, abs=1e-9)
+    assert s.cell_of(0, h.t - 1e-6) == 0 and s.cell_of(0, h.t) == 1
+    assert s.interrupted(0, h.t + 0.04) and not s.interrupted(0, h.t + 0.06)
+
+
+def test_a_client_that_turns_back_before_the_time_to_trigger_stays():
+    # crosses the 3 dB point at x ~ 543.1 m, turns back 0.5 m later, 0.1 s after crossing
+    ratio = 10 ** (3 / 40)
+    turn = 1000 * ratio / (1 + ratio) + 0.5
+    trace = Trace(np.array([0.0, 10.0, 20.0]), np.zeros(3, dtype=np.int64),
+                  np.array([turn - 50.0, turn, turn - 50.0]), np.zeros(3))  # fmt: skip
+    mobility = TraceMobility(np.array([turn - 50.0]), np.array([0.0]), trace)
+    assert schedule(mobility, ttt=0.5).between(-1.0, 20.0) == []
+    assert len(schedule(mobility, ttt=0.02).between(-1.0, 20.0)) == 1  # a short TTT: it goes
+
+
+class OneHandover:
+    """A stub schedule: client 0 leaves cell 0 for cell 1 at ``at``."""
+
+    def __init__(self, at: float, interruption_s: float) -> None:
+        self.at, self.interruption_s = at, interruption_s
+
+    def next_after(self, start: float, end: float) -> float:
+        return self.at if start < self.at <= end else math.inf
+
+    def between(self, start: float, end: float) -> list[Handover]:
+        return [Handover(self.at, 0, 0, 1)] if start < self.at <= end else []
+
+    def cell_of(self, client: int, t: float) -> int:
+        return 1 if t >= self.at else 0
+
+
+CLIENT = (400.0, 0.0)  # 400 m from cell 0, 600 m from cell 1, standing still
+BAND, POWER = 10e6, 0.2
+
+
+def medium(at: float, interruption: float, restart: bool = False):
+    motion = Motion(lambda t: (np.array([CLIENT[0]]), np.array([CLIENT[1]])),
+                    OneHandover(at, interruption), [(c.x_m, c.y_m) for c in CELLS], 1.0,
+                    np.array([0]), restart)  # fmt: skip
+
+    def receiver(site: Site, r: Reception) -> tuple[float, float]:
+        if site.direction == "up":
+            return CELLS[site.cell].x_m, CELLS[site.cell].y_m
+        return float(m.client_x[r.client]), float(m.client_y[r.client])
+
+    m = Medium(PATHLOSS.gain, lambda a, b: a != b, receiver, motion)
+    radios = [m.add(SharedTransmitter(c.bandwidth_hz, c.tx_power_w), Site(c.x_m, c.y_m, c.id, "down"))
+              for c in CELLS]  # fmt: skip
+    uplink = m.add(SharedTransmitter(BAND, POWER), Site(*CLIENT, 0, "up", 0))
+    return m, radios, uplink
+
+
+def reception(nbytes: int) -> Reception:
+    budget = LinkBudget(float(PATHLOSS.gain(400.0)), NOISE)
+    return Reception(0, 8 * nbytes, budget, FadingTrack(NoFading(), None, None))
+
+
+def rate(band: float, power: float, d: float) -> float:
+    return band * math.log2(1 + power * float(PATHLOSS.gain(d)) / (NOISE * band))
+
+
+@pytest.mark.parametrize("restart", [False, True])
+def test_an_upload_broken_by_a_handover_goes_on_to_the_new_cell(restart):
+    nbytes = 10**6
+    before = rate(BAND, POWER, 400.0)
+    at, gap = 0.4 * 8 * nbytes / before, 0.05
+    m, _, uplink = medium(at, gap, restart)
+    r = reception(nbytes)
+    m.start(Transmission([r], via=uplink))
+    ended = m.advance(math.inf)
+    left = 8 * nbytes - (0 if restart else before * at)
+    assert ended == [r]
+    assert r.end == pytest.approx(at + gap + left / rate(BAND, POWER, 600.0), rel=1e-12)
+    assert r.start == 0.0 and not r.failed
+
+
+def test_a_download_broken_by_a_handover_is_re_sent_from_the_new_cell():
+    nbytes = 10**6
+    band, power = CELLS[0].bandwidth_hz, CELLS[0].tx_power_w
+    before = rate(band, power, 400.0)
+    at, gap = 0.5 * 8 * nbytes / before, 0.05
+    m, radios, _ = medium(at, gap)
+    r = reception(nbytes)
+    first = Transmission([r], via=radios[0], tag="round 3")
+    m.start(first)
+    m.advance(math.inf)
+    assert first.end == pytest.approx(at) and first.energy_j == pytest.approx(power * at)
+    [(again, continued)] = m.resent
+    assert continued is first and again.via is radios[1] and again.tag == "round 3"
+    expected = at + gap + (8 * nbytes - before * at) / rate(band, power, 600.0)
+    assert r.end == pytest.approx(expected, rel=1e-12)
+    assert again.start == pytest.approx(at + gap)
+    assert again.energy_j == pytest.approx(power * (expected - at - gap), rel=1e-9)
