@@ -1,38 +1,12 @@
-"""FL/PFL algorithms, one module each; each registers itself in :data:`ALGORITHMS`."""
+"""FL/PFL algorithms, one module each; each registers itself in :data:`ALGORITHMS`.
 
-from mecsim.algorithms import (  # noqa: F401  (importing a module registers its algorithm)
-    apfl,
-    comet,
-    ditto,
-    dsfl,
-    fedamp,
-    fedavg,
-    fedavgm,
-    fedbabu,
-    fedbn,
-    feddf,
-    feddyn,
-    fedfomo,
-    fedgen,
-    fedmd,
-    fedper,
-    fedprox,
-    fedrep,
-    fedrod,
-    hypcluster,
-    kapc,
-    kapc_bls,
-    ktpfl,
-    lg_fedavg,
-    local,
-    moon,
-    perfedavg,
-    persfl,
-    pfedla,
-    pfedme,
-    scaffold,
-    scd,
-)
+Module ``NAME`` registers algorithm ``NAME`` (``perfedavg`` also ``perfedavg_hf``):
+:data:`ALGORITHMS` imports it when the name is first looked up, so a run imports the
+algorithm it uses, and listing every name imports every module.
+
+May import :mod:`mecsim.learning` and :mod:`mecsim.common` only.
+"""
+
 from mecsim.algorithms.base import (
     SERVER,
     Algorithm,

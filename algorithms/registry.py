@@ -9,4 +9,6 @@ from mecsim.common.registry import Registry
 if TYPE_CHECKING:
     from mecsim.algorithms.base import Algorithm
 
-ALGORITHMS: Registry[type[Algorithm]] = Registry("algorithm", "algorithm.name")
+ALGORITHMS: Registry[type[Algorithm]] = Registry(
+    "algorithm", "algorithm.name", package="mecsim.algorithms"
+)

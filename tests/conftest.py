@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -52,3 +54,45 @@ def refused(tmp_path, capsys):
         assert not (tmp_path / "run").exists()
 
     return check
+
+
+# --- the fast tier: tests measured slow are marked ``slow`` (``-m "not slow"`` skips them)
+
+SLOW_LIST = Path(__file__).with_name("slow_tests.txt")
+"""Node ids of the tests measured slow, one a line (``# seconds`` after it): written by
+``pytest --record-durations FILE`` then ``python tests/slow_tier.py FILE``."""
+
+
+def _slow_ids() -> set[str]:
+    if not SLOW_LIST.exists():
+        return set()
+    lines = (line.split("#")[0].strip() for line in SLOW_LIST.read_text().splitlines())
+    return {line for line in lines if line}
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--record-durations",
+        metavar="FILE",
+        help="write each test's seconds (setup + call + teardown) to FILE as JSON",
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    slow = _slow_ids()
+    for item in items:
+        if item.nodeid in slow:
+            item.add_marker(pytest.mark.slow)
+
+
+_durations: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    _durations[report.nodeid] = _durations.get(report.nodeid, 0.0) + report.duration
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    target = session.config.getoption("--record-durations")
+    if target:
+        Path(target).write_text(json.dumps(_durations, indent=0, sort_keys=True))

@@ -36,7 +36,9 @@ class Section(BaseModel):
     """Base of every scenario section: unknown keys are errors, defaults are validated,
     and a number is never given as true/false (pydantic would read ``true`` as 1)."""
 
-    model_config = ConfigDict(extra="forbid", validate_default=True, allow_inf_nan=False)
+    model_config = ConfigDict(
+        extra="forbid", validate_default=True, allow_inf_nan=False, defer_build=True
+    )
 
     @field_validator("*", mode="before")
     @classmethod

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import copy
 import difflib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -397,16 +397,22 @@ def _validate_section(
 
 
 def _foreign_keys(
-    data: dict[str, Any], section: str, name: str, settings: dict[str, type[BaseModel]]
+    data: dict[str, Any],
+    section: str,
+    name: str,
+    settings_of: Callable[[str], type[BaseModel]],
+    names: Callable[[], list[str]],
 ) -> list[Problem]:
-    """Keys under ``[section]`` that belong to another algorithm or protocol (``settings``:
-    every name's settings class), named as such."""
+    """Keys under ``[section]`` that belong to another algorithm or protocol, named as such
+    (``settings_of``: a name's settings class; the others are looked at only for a key
+    that is not ``name``'s own, so a valid scenario imports no other algorithm)."""
     chooser = "kind" if section == "protocol" else "name"
+    own = settings_of(name).model_fields
     problems = []
     for key in data:
-        if key in settings[name].model_fields:
+        if key in own:
             continue
-        owners = [n for n, model in settings.items() if key in model.model_fields]
+        owners = [n for n in names() if key in settings_of(n).model_fields]
         if owners:
             listed = " / ".join(map(repr, owners[:4])) + (" / ..." if len(owners) > 4 else "")
             problems.append(
@@ -417,6 +423,10 @@ def _foreign_keys(
                 )
             )
     return problems
+
+
+def _algorithm_settings(name: str) -> type[BaseModel]:
+    return ALGORITHMS.get(name).Settings
 
 
 def validate_scenario(data: dict[str, Any]) -> tuple[Scenario | None, list[Problem]]:
@@ -444,11 +454,12 @@ def validate_scenario(data: dict[str, Any]) -> tuple[Scenario | None, list[Probl
             Problem("algorithm.name", f"unknown algorithm {name!r}; allowed: {allowed}")
         )
     else:
-        settings = {n: ALGORITHMS.get(n).Settings for n in ALGORITHMS.names()}
-        foreign = _foreign_keys(tables["algorithm"], "algorithm", name, settings)
+        foreign = _foreign_keys(
+            tables["algorithm"], "algorithm", name, _algorithm_settings, ALGORITHMS.names
+        )
         paths = {p.path for p in foreign}
         own = {k: v for k, v in tables["algorithm"].items() if f"algorithm.{k}" not in paths}
-        algorithm, found = _validate_section(own, "algorithm", name, settings[name])
+        algorithm, found = _validate_section(own, "algorithm", name, _algorithm_settings(name))
         problems += foreign + found
         if foreign:
             algorithm = None
@@ -457,8 +468,9 @@ def validate_scenario(data: dict[str, Any]) -> tuple[Scenario | None, list[Probl
         allowed = ", ".join(PROTOCOLS.names())
         problems.append(Problem("protocol.kind", f"unknown protocol {kind!r}; allowed: {allowed}"))
     else:
-        settings = {n: protocol_settings(n) for n in PROTOCOLS.names()}
-        foreign = _foreign_keys(tables["protocol"], "protocol", kind, settings)
+        foreign = _foreign_keys(
+            tables["protocol"], "protocol", kind, protocol_settings, PROTOCOLS.names
+        )
         problems += foreign
         if not foreign:
             protocol, found = _validate_section(

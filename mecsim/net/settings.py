@@ -224,14 +224,14 @@ class NetworkConfig(Section):
         default=None, gt=0, le=1e9, description="a transfer unfinished after this long fails"
     )
     retries: int = Field(default=0, ge=0, le=100, description="attempts after a failed transfer")
-    uplink: UplinkConfig = UplinkConfig()
-    downlink: DownlinkConfig = DownlinkConfig()
+    uplink: UplinkConfig = Field(default_factory=UplinkConfig)
+    downlink: DownlinkConfig = Field(default_factory=DownlinkConfig)
     cells: list[CellConfig] = Field(
         default_factory=list,
         description="[[network.cells]]: base stations with edge servers (default: one cell, "
         "clients at clients.distance_m); needs client positions (clients.x_m, clients.y_m)",
     )
-    backhaul: BackhaulConfig = BackhaulConfig()
+    backhaul: BackhaulConfig = Field(default_factory=BackhaulConfig)
     frequency_reuse: int = Field(
         default=1,
         ge=1,
