@@ -69,10 +69,12 @@ def idle_seconds(events: pd.DataFrame, rounds: pd.DataFrame) -> pd.Series:
     In each round a client has events in, from its first activity to the
     round's end (its last activity if later), the time not spent downloading,
     computing or uploading (overlaps count once). Asynchronous clients, which
-    start their next job as soon as one ends, come out near zero.
+    start their next job as soon as one ends, come out near zero. Rows of no round
+    (round -1: handovers, the public data's download) open no waiting of their own; a
+    handover within a round is part of that round's span.
     """
     client = events["client"].to_numpy()
-    of_client = client >= 0
+    of_client = (client >= 0) & (events["round"].to_numpy() >= 0)
     if not of_client.any():
         return pd.Series(dtype=float)
     # the client rows' numeric columns (not row copies: tables may hold millions of rows),

@@ -158,14 +158,18 @@ def rates(
     return rate, sinr
 
 
-def horizon(slots: Slots, t: float, rate: np.ndarray, until: float, groups: Groups) -> float:
-    """The next change point after ``t`` (at most ``until``): a transmission's last
-    receiver finishing, a fading block boundary or a deadline."""
+def horizon(slots: Slots, t: float, rate: np.ndarray, until: float) -> float:
+    """The next change point after ``t`` (at most ``until``): a reception finishing, a
+    fading block boundary or a deadline.
+
+    A broadcast receiver that finishes before the others changes no rate (the
+    transmission goes on to its last receiver) but is an event: whoever waits for it
+    (its computation, its upload) starts then, so the medium stops there too.
+    """
     a = slots.a
     if not len(slots):
         return until
-    need = send_time(a["remaining"], rate)
-    ends = groups.reduce(np.maximum, t + need)  # a transmission lasts to its last receiver
+    ends = t + send_time(a["remaining"], rate)
     return float(min(until, ends.min(), next_boundary(slots).min(), a["deadline"].min()))
 
 

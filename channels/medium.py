@@ -396,7 +396,7 @@ class Medium(Interference):
         share_p = power[self.slots.a["tx"]] / count
         groups = fluid.Groups(self.slots.a["tr"])
         rate, sinr = fluid.rates(self.slots, share_b, share_p, self._heard(share_b), groups)
-        horizon = fluid.horizon(self.slots, self.now, rate, math.inf, groups)
+        horizon = fluid.horizon(self.slots, self.now, rate, math.inf)
         self._plan = (key, (rate, sinr, horizon))
         return rate, sinr, horizon
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import os
 import platform
 from pathlib import Path
 from typing import Any
@@ -92,7 +93,7 @@ def read_scenario_file(path: str | Path) -> dict[str, Any]:
     if not path.is_file():
         raise ConfigError("SCENARIO", f"file not found: {path}")
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        data = tomllib.loads(path.read_text(encoding="utf-8-sig"))  # a byte-order mark: no TOML
     except UnicodeDecodeError:
         raise ConfigError("SCENARIO", f"{path} is not UTF-8 text; save it as UTF-8") from None
     except tomllib.TOMLDecodeError as error:
@@ -112,6 +113,26 @@ def read_scenario_file(path: str | Path) -> dict[str, Any]:
     return data
 
 
+FILE_KEYS = (("clients", "table"), ("clients", "mobility", "trace"), ("faults", "availability"))
+"""Settings that name a file. A relative path in a scenario file is relative to the file
+(``clients.table``, ``clients.mobility.trace``) or to the working directory; one given
+with ``--set`` or in a mapping is relative to the working directory. Loading makes each
+absolute, so ``scenario.resolved.toml`` names the same file from anywhere."""
+
+
+def absolute_file_paths(data: dict[str, Any]) -> dict[str, Any]:
+    """A copy of ``data`` with every :data:`FILE_KEYS` path made absolute."""
+    data = copy.deepcopy(data)
+    for *tables, key in FILE_KEYS:
+        holder: Any = data
+        for name in tables:
+            holder = holder.get(name) if isinstance(holder, dict) else None
+        value = holder.get(key) if isinstance(holder, dict) else None
+        if isinstance(value, str) and value and not Path(value).is_absolute():
+            holder[key] = os.path.abspath(value)
+    return data
+
+
 def load_scenario(
     source: str | Path | dict[str, Any] | Scenario,
     overrides: list[str] | dict[str, Any] | None = None,
@@ -123,7 +144,7 @@ def load_scenario(
         data = source
     else:
         data = read_scenario_file(source)
-    data = apply_overrides(data, overrides or [])
+    data = absolute_file_paths(apply_overrides(data, overrides or []))
     scenario, problems = validate_scenario(data)
     if problems:
         raise ScenarioError(problems)

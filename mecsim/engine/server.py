@@ -7,6 +7,7 @@ clock, algorithm, server state, executor and recorder).
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Generator
 from typing import Any
@@ -14,6 +15,7 @@ from typing import Any
 import simpy
 
 from mecsim.algorithms.base import SERVER, ServerState, Upload
+from mecsim.common.errors import ConfigError
 from mecsim.engine.process import Process
 from mecsim.executors import ClientJob
 from mecsim.learning.cost import compute_cost
@@ -103,6 +105,13 @@ class ServerWork:
     ) -> Process:
         """The server device (``at``: an edge server's device, in its cell) computes
         ``flops`` FLOPs now; the event is recorded when done."""
+        if not (isinstance(flops, int | float) and math.isfinite(flops) and flops >= 0):
+            raise ConfigError(
+                "algorithm.name",
+                f"algorithm {type(self.algorithm).__name__} counted {flops!r} FLOPs for its "
+                f"{phase!r} step (aggregation_flops or a server task): return a finite "
+                "count >= 0",
+            )
         device, cell = (self.server_device, None) if at is None else at
         seconds, energy = compute_cost(flops, device)
         start = self.env.now

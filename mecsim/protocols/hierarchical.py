@@ -32,7 +32,13 @@ With moving clients an edge round's members are the clients each cell serves
 when the first cell starts the round; a member that hands over during the round still
 reports to that edge (its upload reaches the new cell's base station, which
 forwards it; the forwarding is not costed), and takes part under its new cell
-from the next edge round on. The cloud weighs each edge by the samples of the
+from the next edge round on. Cells keep their own pace, so a client may hand
+over to a cell that starts its next round while the client still works on the
+old cell's: a client finishes the round it started at the cell it started
+with, and is left out of any round split meanwhile (it joins the first round
+split after it is free), so it never runs two jobs at once. The paper and
+``LuminLiu/HierFL`` have fixed client-edge assignments and no clock, so neither
+meets this case. The cloud weighs each edge by the samples of the
 clients it serves at the cloud step.
 
 Paper and authors' code (``LuminLiu/HierFL``, ``hierfavg.py``, ``edge.py``,
@@ -116,6 +122,7 @@ def hierarchical(sim: Simulation) -> Process:
     env, cells = sim.env, sim.network.cells
     kappa2, rounds = sim.protocol.edge_rounds, sim.protocol.rounds
     edges = None if len(cells) == 1 else sim.ledger.add(dict.fromkeys(range(len(cells))))
+    running: dict[int, dict[int, simpy.Process]] = {c: {} for c in range(len(cells))}
     for first in range(0, rounds, kappa2):
         block = range(first, min(first + kappa2, rounds))
         rows = {r: _Round(env, len(cells)) for r in block}
@@ -123,7 +130,9 @@ def hierarchical(sim: Simulation) -> Process:
         yield from sim.wait_for_online()
         if edges is not None:  # a block starts from the cloud model
             edges.update(dict.fromkeys(edges, sim.server_state))
-        cell_rounds = [env.process(_edge_rounds(sim, edges, c, rows)) for c in range(len(cells))]
+        cell_rounds = [
+            env.process(_edge_rounds(sim, edges, c, rows, running)) for c in range(len(cells))
+        ]
         for r in block:
             yield rows[r].done
             cloud = r == block[-1]
@@ -157,13 +166,20 @@ class _Round:
     def __post_init__(self) -> None:
         self.done = self.env.event()
 
-    def members(self, sim: Simulation, round_: int, cell: int) -> list[int]:
+    def members(
+        self, sim: Simulation, round_: int, cell: int, running: dict[int, dict[int, simpy.Process]]
+    ) -> list[int]:
         """The round's clients in ``cell``: the selection split by the cell serving each
         client when the first cell starts the round (once, so a client that hands over
-        meanwhile takes part once)."""
+        meanwhile takes part once), less the clients still at work in another cell's
+        earlier round (``running``: each cell's client jobs)."""
         if self.selected is None:
             self.start = self.env.now if self.start is None else self.start
-            self.selected = list(sim.select(round_))
+            self.selected = [
+                c
+                for c in sim.select(round_)
+                if not _busy_elsewhere(c, sim.network.cell_of(c), running)
+            ]
             self._by_cell: dict[int, list[int]] = {}
             for c in self.selected:
                 self._by_cell.setdefault(sim.network.cell_of(c), []).append(c)
@@ -175,15 +191,31 @@ class _Round:
             self.done.succeed()
 
 
-def _edge_rounds(sim: Simulation, edges: dict | None, cell: int, rows: dict[int, _Round]):
+def _busy_elsewhere(client: int, cell: int, running: dict[int, dict[int, simpy.Process]]) -> bool:
+    """Whether ``client`` still works on a round of a cell other than ``cell``."""
+    return any(
+        (job := jobs.get(client)) is not None and job.is_alive
+        for other, jobs in running.items()
+        if other != cell
+    )
+
+
+def _edge_rounds(
+    sim: Simulation,
+    edges: dict | None,
+    cell: int,
+    rows: dict[int, _Round],
+    running: dict[int, dict[int, simpy.Process]],
+):
     """Cell ``cell``'s edge rounds of a block: downlink of its edge model, its clients'
     tasks and uploads, its edge aggregation; then the next, without waiting for others."""
     for round_, row in rows.items():
-        members = row.members(sim, round_, cell)
+        members = row.members(sim, round_, cell, running)
         if members:
             payloads = yield from _at_edge(sim, edges, cell, _prepare(sim, round_, members))
             arrived: list[Upload] = []
-            row.failed += yield from caw_clients(sim, round_, payloads, arrived)
+            running[cell] = {}
+            row.failed += yield from caw_clients(sim, round_, payloads, arrived, running[cell])
             if edges is None:  # one cell: the edge is the cloud
                 yield from _aggregate(sim, round_, arrived)
             elif arrived and sim.protocol.relay:

@@ -147,17 +147,23 @@ def _caw_client(
 
 
 def caw_clients(
-    sim: Simulation, round_: int, payloads: dict[int, Payload | None], arrived: list[Upload]
+    sim: Simulation,
+    round_: int,
+    payloads: dict[int, Payload | None],
+    arrived: list[Upload],
+    jobs: dict[int, simpy.Process] | None = None,
 ) -> Process:
     """Send ``payloads`` down, run their clients' jobs, and let each client download, compute
     and upload (its uploads go to ``arrived``), one process per client; return how many
-    failed."""
+    failed. ``jobs``, if given, gets each client's process (alive while it works)."""
     deliveries = sim.downlink_transfers(round_, payloads)
     results = sim.execute(round_, payloads)
     procs = [
         sim.env.process(_caw_client(sim, round_, deliveries.get(c), results[c], arrived))
         for c in payloads
     ]
+    if jobs is not None:
+        jobs.update(zip(payloads, procs, strict=True))
     yield sim.env.all_of(procs)
     return _failed(procs)
 

@@ -86,7 +86,8 @@ def _idle_by_sweep(events: pd.DataFrame, rounds: pd.DataFrame) -> dict[int, floa
     """Reference: one interval sweep per (round, client), written as a plain loop."""
     ends = dict(zip(rounds["round"], rounds["t_end"], strict=True))
     idle: dict[int, float] = {}
-    for (round_, client), rows in events[events["client"] >= 0].groupby(["round", "client"]):
+    own = events[(events["client"] >= 0) & (events["round"] >= 0)]  # rows of a round
+    for (round_, client), rows in own.groupby(["round", "client"]):
         stop = max(ends.get(round_, rows["t_end"].max()), rows["t_end"].max())
         start, busy, reach = rows["t_start"].min(), 0.0, rows["t_start"].min()
         spans = rows[rows["phase"].str.startswith(("download", "compute", "upload"))]
@@ -112,8 +113,24 @@ def test_idle_seconds_counts_overlapping_busy_spans_once():
     idle = idle_seconds(events, rounds)
 
     # client 0: round 0 busy [0, 4] of [0, 6] -> 2; round 1 waits [10, 12] -> 2;
-    # round -1 (not in the rounds table) ends with its last event -> 0
+    # round -1 (the public download, before any round) opens no waiting
     assert idle.to_dict() == {0: 4.0, 1: 5.0}
+
+
+def test_handovers_between_a_clients_rounds_add_no_idle_time():
+    # a client crossing a boundary and back during its download: its handover rows (round
+    # -1, no bytes, no energy) fall inside round 0, where it was never idle
+    events = pd.DataFrame(
+        {
+            "round": [0, 0, 0, -1, -1],
+            "client": [0, 0, 0, 0, 0],
+            "phase": ["download", "compute:local", "upload", "handover", "handover"],
+            "t_start": [0.0, 1.0, 2.0, 0.3, 0.7],
+            "t_end": [1.0, 2.0, 3.0, 0.35, 0.75],
+        }
+    )
+    rounds = pd.DataFrame({"round": [0], "t_end": [3.0]})
+    assert idle_seconds(events, rounds).to_dict() == {0: 0.0}
 
 
 @given(st.integers(0, 10_000))

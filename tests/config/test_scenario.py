@@ -1,6 +1,7 @@
 from pathlib import Path
 
 import pytest
+import tomllib
 
 import mecsim
 from mecsim.common.distributions import Choice, Uniform
@@ -160,3 +161,42 @@ def test_every_shipped_scenario_and_comparison_point_validates(path):
     data = read_scenario_file(path)
     for point in expand(axes, scenario.compare.runs, scenario.compare.seeds, scenario.compare.mode):
         mecsim.load_scenario(apply_point(data, point))
+
+
+def test_a_run_directorys_resolved_scenario_validates_from_anywhere(tiny, tmp_path, monkeypatch):
+    import pandas as pd
+    import tomli_w
+
+    from mecsim.commands.cli import main
+
+    folder = tmp_path / "study"
+    folder.mkdir()
+    pd.DataFrame({"distance_m": [120.0, 250.0, 380.0]}).to_csv(folder / "near.csv", index=False)
+    pd.DataFrame({"distance_m": [150.0, 300.0]}).to_csv(tmp_path / "set.csv", index=False)
+    tiny["clients"] = {"table": "near.csv"}  # relative to the scenario file
+    (folder / "s.toml").write_text(tomli_w.dumps(tiny))
+    monkeypatch.chdir(tmp_path)
+    fast = ["--set", "execution.cost_only=true", "--set", "protocol.rounds=1"]
+    assert main(["run", "study/s.toml", *fast, "--out", "a", "--no-progress"]) == 0
+    assert (
+        main(
+            [
+                "run",
+                "study/s.toml",
+                *fast,
+                "--set",
+                "clients.table=set.csv",
+                "--out",
+                "b",
+                "--no-progress",
+            ]
+        )
+        == 0
+    )  # fmt: skip  (relative to the working directory)
+    resolved = {run: tomllib.loads((tmp_path / run / "scenario.resolved.toml").read_text())
+                for run in ("a", "b")}  # fmt: skip
+    assert resolved["a"]["clients"]["table"] == str(folder / "near.csv")
+    assert resolved["b"]["clients"]["table"] == str(tmp_path / "set.csv")
+    monkeypatch.chdir(folder)  # elsewhere: the resolved scenarios still name their files
+    for run in ("a", "b"):
+        assert main(["validate", str(tmp_path / run / "scenario.resolved.toml")]) == 0
