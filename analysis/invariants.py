@@ -41,7 +41,7 @@ import numpy as np
 import pandas as pd
 
 from mecsim.common.errors import MecsimError
-from mecsim.engine.recorder import BYTE_FLOWS, flow
+from mecsim.engine.recorder import BYTE_FLOWS, EVENT_COLUMNS, flow
 
 RTOL = 1e-9
 """Relative tolerance of every comparison of computed quantities."""
@@ -348,14 +348,30 @@ def check_tables(
     return checks
 
 
+def _number(value: Any, key: str) -> float:
+    """``value`` if it is a real number (not true/false), else a clear ValueError."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"{key} = {value!r} is not a number")
+    return float(value)
+
+
 def run_facts(settings: dict[str, Any]) -> RunFacts:
     """The facts of a run's settings (flattened dotted keys, as ``load_run`` gives them)."""
     from mecsim.learning.devices import DEVICES
 
-    dbm = settings["network.downlink.tx_power_dbm"]
+    dbm = _number(settings["network.downlink.tx_power_dbm"], "network.downlink.tx_power_dbm")
     device = settings.get("server.device")
     known = isinstance(device, str) and device in DEVICES
     cells = settings.get("network.cells") or []
+    if not isinstance(cells, list) or not all(isinstance(c, dict) for c in cells):
+        raise ValueError(f"network.cells = {cells!r} is not a list of tables")
+    for i, c in enumerate(cells):
+        if c.get("tx_power_dbm") is not None:
+            _number(c["tx_power_dbm"], f"network.cells.{i}.tx_power_dbm")
+    backhaul = [
+        _number(settings.get(f"network.backhaul.{key}", default), f"network.backhaul.{key}")
+        for key, default in (("rate_mbps", 1000.0), ("latency_ms", 0.0), ("energy_nj_per_bit", 0.0))
+    ]
 
     def device_power(name: object) -> float | None:
         return DEVICES.get(name).power_w if isinstance(name, str) and name in DEVICES else None
@@ -366,11 +382,7 @@ def run_facts(settings: dict[str, Any]) -> RunFacts:
         protocol=settings["protocol.kind"],
         cell_tx_power_w=[10 ** (_given(c.get("tx_power_dbm"), dbm) / 10) / 1e3 for c in cells],
         cell_power_w=[device_power(_given(c.get("device"), device)) for c in cells],
-        backhaul=(
-            settings.get("network.backhaul.rate_mbps", 1000.0) * 1e6,
-            settings.get("network.backhaul.latency_ms", 0.0) / 1e3,
-            settings.get("network.backhaul.energy_nj_per_bit", 0.0) * 1e-9,
-        ),
+        backhaul=(backhaul[0] * 1e6, backhaul[1] / 1e3, backhaul[2] * 1e-9),
     )
 
 
@@ -395,13 +407,37 @@ def check_run_dir(run_dir: str | Path) -> list[Check]:
     run = load_run(run_dir)
     clients = Path(run_dir) / "clients.parquet"
     try:
-        facts = run_facts(run.settings)
         table = pd.read_parquet(clients)
-    except (OSError, ValueError, KeyError) as error:
+    except (OSError, ValueError) as error:
         raise MecsimError(
             f"{clients.parent}: cannot read the run ({error}); is it complete?"
         ) from None
-    return check_tables(run.events, run.rounds, table, facts, run.summary)
+    try:  # an edited table, summary or scenario: a failed check, not a crash
+        facts = run_facts(run.settings)
+        _well_formed(run.events, run.rounds, run.summary)
+        return check_tables(run.events, run.rounds, table, facts, run.summary)
+    except (ValueError, KeyError, TypeError, AttributeError, IndexError) as error:
+        why = f"missing {error}" if isinstance(error, KeyError) else str(error).splitlines()[0]
+        return [Check("readable", 1, [f"{Path(run_dir)}: not as mecsim wrote it: {why[:200]}"])]
+
+
+def _well_formed(events: pd.DataFrame, rounds: pd.DataFrame, summary: dict[str, Any]) -> None:
+    """Raise ValueError if a table's column or a summary figure is not of its kind."""
+    missing = [c for c in EVENT_COLUMNS if c not in events and c != "duration_s"]
+    if missing:
+        raise ValueError(f"events.parquet lacks {', '.join(missing)}")
+    for column in EVENT_COLUMNS:
+        text = column in ("phase", "direction", "role")
+        if column in events and not text and not pd.api.types.is_numeric_dtype(events[column]):
+            raise ValueError(f"events.parquet's {column} is not numeric")
+    for column in rounds:
+        if column != "level" and not pd.api.types.is_numeric_dtype(rounds[column]):
+            raise ValueError(f"rounds.parquet's {column} is not numeric")
+    energy = summary.get("energy_j", {})
+    if not isinstance(energy, dict) or not all(
+        isinstance(v, int | float) and not isinstance(v, bool) for v in energy.values()
+    ):
+        raise ValueError(f"summary.json's energy_j = {energy!r} is not a table of numbers")
 
 
 def render(checks: list[Check]) -> str:
