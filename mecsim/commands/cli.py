@@ -382,11 +382,17 @@ def _run_compare_sweep(args, out: Path, figures, targets, cluster) -> tuple[list
 def _ray_cluster(args: argparse.Namespace):
     """The cluster ``--ray`` names (None: points run on this machine)."""
     from mecsim.commands.ray_sweeps import RayCluster, parse_resources
+    from mecsim.common.errors import ConfigError
 
-    resources = parse_resources(args.ray_resources)  # checked even without --ray
     if args.ray is None:
+        if args.ray_resources is not None:
+            raise ConfigError(
+                "--ray-resources",
+                "asks a Ray cluster for resources, but the points run here: add --ray "
+                "[ADDRESS] or drop --ray-resources",
+            )
         return None
-    return RayCluster(args.ray or None, resources)
+    return RayCluster(args.ray or None, parse_resources(args.ray_resources or "num_cpus=1"))
 
 
 def _nothing_left_to_finish() -> bool:

@@ -165,7 +165,7 @@ def _add_compare(commands: argparse._SubParsersAction, shared: Parents) -> argpa
     )
     cmp.add_argument(
         "--ray-resources",
-        default="num_cpus=1",
+        default=None,
         metavar="NAME=AMOUNT,...",
         help="what each point's task asks of the cluster, e.g. num_cpus=2,num_gpus=0.5 "
         "(default num_cpus=1)",

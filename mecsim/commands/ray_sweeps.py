@@ -23,7 +23,7 @@ driver makes those paths absolute before shipping a point.
 from __future__ import annotations
 
 import logging
-import os
+import math
 import shutil
 import tempfile
 from collections.abc import Callable, Sequence
@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from mecsim.common.errors import ConfigError, MecsimError
+from mecsim.common.file_keys import absolute_file_paths
 from mecsim.executors.ray_backend import connect, job_error
 
 log = logging.getLogger(__name__)
@@ -66,7 +67,7 @@ def parse_resources(text: str) -> dict[str, float]:
             value = float(raw)
         except ValueError:
             value = -1.0
-        if not sep or not key.strip() or value < 0:
+        if not sep or not key.strip() or not 0 <= value < math.inf:  # nan, inf: refused
             raise ConfigError(
                 "--ray-resources",
                 f"{item!r}: give NAME=AMOUNT pairs, e.g. num_cpus=1,num_gpus=0.5",
@@ -75,18 +76,6 @@ def parse_resources(text: str) -> dict[str, float]:
     if not resources:
         raise ConfigError("--ray-resources", "give at least one NAME=AMOUNT, e.g. num_cpus=1")
     return resources
-
-
-def absolute_paths(data: dict[str, Any]) -> dict[str, Any]:
-    """``data`` with the settings that name files made absolute (as the driver sees them)."""
-    from mecsim.engine.checkpoint import PATH_KEYS
-
-    data = dict(data)
-    for section, key in PATH_KEYS:
-        table = data.get(section)
-        if isinstance(table, dict) and isinstance(table.get(key), str):
-            data[section] = {**table, key: os.path.abspath(table[key])}
-    return data
 
 
 def run_point_task(
@@ -154,7 +143,7 @@ def run_on_ray(
     for index, (data, run_dir) in enumerate(points):
         saved = checkpoint_path(run_dir)
         checkpoint = saved.read_bytes() if resume and saved.is_file() else None
-        ref = task.remote(absolute_paths(data), run_dir.name, options, list(imports), checkpoint)
+        ref = task.remote(absolute_file_paths(data), run_dir.name, options, list(imports), checkpoint)
         refs[ref] = index
     log.info("running %d points as Ray tasks", len(refs))
     try:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import copy
 import logging
-import os
 import platform
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ from typing import Any
 import tomllib
 
 from mecsim.common.errors import ConfigError
+from mecsim.common.file_keys import absolute_file_paths
 from mecsim.config.sections import (
     ClientsConfig,
     CompareConfig,
@@ -110,26 +110,6 @@ def read_scenario_file(path: str | Path) -> dict[str, Any]:
     trace = mobility.get("trace") if isinstance(mobility, dict) else None
     if isinstance(trace, str) and not Path(trace).is_absolute():
         mobility["trace"] = str(path.parent / trace)  # beside the scenario file
-    return data
-
-
-FILE_KEYS = (("clients", "table"), ("clients", "mobility", "trace"), ("faults", "availability"))
-"""Settings that name a file. A relative path in a scenario file is relative to the file
-(``clients.table``, ``clients.mobility.trace``) or to the working directory; one given
-with ``--set`` or in a mapping is relative to the working directory. Loading makes each
-absolute, so ``scenario.resolved.toml`` names the same file from anywhere."""
-
-
-def absolute_file_paths(data: dict[str, Any]) -> dict[str, Any]:
-    """A copy of ``data`` with every :data:`FILE_KEYS` path made absolute."""
-    data = copy.deepcopy(data)
-    for *tables, key in FILE_KEYS:
-        holder: Any = data
-        for name in tables:
-            holder = holder.get(name) if isinstance(holder, dict) else None
-        value = holder.get(key) if isinstance(holder, dict) else None
-        if isinstance(value, str) and value and not Path(value).is_absolute():
-            holder[key] = os.path.abspath(value)
     return data
 
 

@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from mecsim.common.errors import ConfigError, MecsimError
+from mecsim.common.file_keys import absolute_file_paths
 from mecsim.engine.evaluation import Evaluation
 from mecsim.executors import ClientJob, Executor, JobResult
 from mecsim.learning.state import ModelState
@@ -189,18 +190,10 @@ class CheckpointMismatch(MecsimError):
         )
 
 
-PATH_KEYS = (("clients", "table"), ("faults", "availability"), ("data", "root"))
-"""Settings that name a file or directory: hashed as absolute paths, so the same file
-spelled another way (``./t.csv``, ``../x/t.csv``) is the same scenario."""
-
-
 def scenario_digest(resolved: dict[str, Any]) -> str:
     """Hash of a resolved scenario without the keys that do not change results."""
     data = {k: v for k, v in resolved.items() if k not in ("output", "versions", "execution")}
-    for section, key in PATH_KEYS:
-        value = data.get(section, {}).get(key) if isinstance(data.get(section), dict) else None
-        if isinstance(value, str):
-            data[section] = {**data[section], key: os.path.abspath(value)}
+    data = absolute_file_paths(data)  # the same file spelled another way: the same scenario
     execution = dict(resolved.get("execution", {}))
     for key in (
         "executor",

@@ -159,6 +159,9 @@ def test_parallel_points_give_the_same_tables(cost_only, tmp_path):
     [
         (["--ray", "--ray-resources", "num_cpus=two"], "--ray-resources: 'num_cpus=two'"),
         (["--ray", "--ray-resources", "num_cpus=-1"], "give NAME=AMOUNT pairs"),
+        (["--ray", "--ray-resources", "num_cpus=nan"], "give NAME=AMOUNT pairs"),
+        (["--ray", "--ray-resources", "num_cpus=inf"], "give NAME=AMOUNT pairs"),
+        (["--ray-resources", "num_cpus=2"], "--ray-resources: asks a Ray cluster for resources"),
         (["--ray", "-j", "2"], "-j: --ray runs as many points at once"),
         (["--ray", "127.0.0.1:1"], "--ray: no Ray cluster answers at 127.0.0.1:1"),
         (["--ray", "headnode"], "--ray: 'headnode': give HOST:PORT"),
