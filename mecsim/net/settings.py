@@ -135,8 +135,8 @@ class MobilityConfig(Section):
         default=0.75, ge=0, le=1, description="gauss_markov: memory a (0 random walk, 1 straight)"
     )
     step_s: float = Field(
-        default=1.0, gt=0, le=1e6, description="gauss_markov: seconds between updates of speed "
-        "and direction",
+        default=1.0, ge=0.01, le=1e6, description="gauss_markov: seconds between updates of "
+        "speed and direction (at least 0.01: positions are sampled per coherence block)",
     )  # fmt: skip
     trace: str | None = Field(
         default=None,
@@ -169,6 +169,8 @@ class MobilityConfig(Section):
             x0, y0, x1, y1 = self.area_m
             if not (x0 < x1 and y0 < y1):
                 raise ValueError(f"area_m = {list(self.area_m)} needs x_min < x_max, y_min < y_max")
+            if min(x1 - x0, y1 - y0) < 1.0:  # legs of nanometres: endless work, no motion
+                raise ValueError(f"area_m = {list(self.area_m)}: make each side at least 1 m")
         if (self.model == "trace") != (self.trace is not None):
             raise ValueError(
                 "model = 'trace' needs trace = 'file.csv'" if self.trace is None

@@ -100,6 +100,13 @@ def test_relay_sends_every_client_update_up_the_backhaul(tiny):
         ([*MOVING[:4], 'clients.mobility.model="random_waypoint"', "clients.mobility.area_m=[0, -50, 500, 50]"],
          "clients.mobility.area_m"),
         ([*MOVING[:4], 'clients.mobility.model="trace"'], "clients.mobility"),
+        # bounded work: legs of micrometres or updates every 0.1 microsecond never ended
+        ([*MOVING[:4], 'clients.mobility.model="random_waypoint"', "clients.mobility.pause_s=0",
+          "clients.mobility.area_m=[0, 0, 2e-6, 2e-6]"], "clients.mobility"),
+        ([*MOVING[:4], 'clients.mobility.model="gauss_markov"', "clients.mobility.step_s=1e-7"],
+         "clients.mobility.step_s"),
+        (["algorithm.epochs=1000000000"], "algorithm.epochs"),
+        (["evaluation.new_client_epochs=1000000000"], "evaluation.new_client_epochs"),
         (["network.handover_margin_db=-3"], "network.handover_margin_db"),
         (['network.handover_transfer="teleport"'], "network.handover_transfer"),
         (["protocol.kind=hierarchical", "protocol.relay=true"], "protocol"),
