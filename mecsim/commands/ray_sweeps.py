@@ -143,7 +143,9 @@ def run_on_ray(
     for index, (data, run_dir) in enumerate(points):
         saved = checkpoint_path(run_dir)
         checkpoint = saved.read_bytes() if resume and saved.is_file() else None
-        ref = task.remote(absolute_file_paths(data), run_dir.name, options, list(imports), checkpoint)
+        ref = task.remote(
+            absolute_file_paths(data), run_dir.name, options, list(imports), checkpoint
+        )
         refs[ref] = index
     log.info("running %d points as Ray tasks", len(refs))
     try:

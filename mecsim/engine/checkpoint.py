@@ -27,7 +27,10 @@ plain data classes mecsim writes (:data:`SAFE_CLASSES`), then checked against
 a schema. A corrupted or edited file, or a pickle that would build anything
 else, is refused with one line before anything in it is used. The hash is
 no signature: whoever hands you a checkpoint can make its numbers up, but
-not make mecsim run their code.
+not make mecsim run their code. With ``MECSIM_CHECKPOINT_KEY`` set, the header
+also carries an HMAC-SHA256 of the payload under that key, and a resume with the
+key refuses a checkpoint whose HMAC is missing or does not match (for runs
+resumed from shared storage).
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from __future__ import annotations
 import collections
 import gc
 import hashlib
+import hmac
 import io
 import json
 import logging
@@ -285,6 +289,8 @@ class Checkpointer:
             "sha256": hashlib.sha256(payload).hexdigest(),
             "bytes": len(payload),
         }
+        if (key := _signing_key()) is not None:
+            header["hmac"] = hmac.new(key, payload, hashlib.sha256).hexdigest()
         tmp = self.path.with_name(f"{self.path.name}.tmp-{os.getpid()}")
         try:
             with open(tmp, "wb") as f:
@@ -384,17 +390,42 @@ def load_checkpoint(path: Path, digest: str) -> dict[str, Any]:
         )
     try:
         with open(path, "rb") as f:
-            magic = f.read(len(MAGIC))
-            line = f.readline(4096)
+            header, expected_len = _read_header(path, f, digest)
+            if os.fstat(f.fileno()).st_size - f.tell() != expected_len:  # before reading it
+                raise _refuse(path, "is corrupted or was edited: its length does not match")
             payload = f.read()
     except OSError as error:
         raise _refuse(path, f"cannot be read ({error.strerror or error})") from None
-    if magic != MAGIC:
+    if len(payload) != expected_len or hashlib.sha256(payload).hexdigest() != header["sha256"]:
+        raise _refuse(path, "is corrupted or was edited: its content hash does not match")
+    if (key := _signing_key()) is not None:
+        signed = hmac.new(key, payload, hashlib.sha256).hexdigest()
+        if not hmac.compare_digest(str(header.get("hmac", "")), signed):
+            raise _refuse(path, "is not signed with MECSIM_CHECKPOINT_KEY's key")
+    try:
+        with torch.serialization.safe_globals(list(SAFE_CLASSES)):
+            saved = torch.load(io.BytesIO(payload), weights_only=True)
+    except Exception as error:  # a pickle that builds something else: refused, not run
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise _refuse(path, f"holds objects mecsim does not write ({first[:200]})") from None
+    _check_schema(path, saved)
+    return saved
+
+
+def _signing_key() -> bytes | None:
+    """The key of ``MECSIM_CHECKPOINT_KEY`` (None: checkpoints are hashed, not signed)."""
+    key = os.environ.get("MECSIM_CHECKPOINT_KEY")
+    return key.encode() if key else None
+
+
+def _read_header(path: Path, f: Any, digest: str) -> tuple[dict[str, Any], int]:
+    """The header after the magic line, checked (format, scenario); its payload length."""
+    if f.read(len(MAGIC)) != MAGIC:
         raise _refuse(path, "is not a mecsim checkpoint of this version")
     try:
-        header = json.loads(line)
+        header = json.loads(f.readline(4096))
         known = header["format"] == FORMAT
-        expected_hash, expected_len = str(header["sha256"]), int(header["bytes"])
+        header["sha256"], expected_len = str(header["sha256"]), int(header["bytes"])
         written_for = header["digest"]
     except (ValueError, TypeError, KeyError):
         raise _refuse(path, "has a damaged header") from None
@@ -404,16 +435,7 @@ def load_checkpoint(path: Path, digest: str) -> dict[str, Any]:
         raise _refuse(
             path, "was written for a different scenario (restore that scenario to resume it)"
         )
-    if len(payload) != expected_len or hashlib.sha256(payload).hexdigest() != expected_hash:
-        raise _refuse(path, "is corrupted or was edited: its content hash does not match")
-    try:
-        with torch.serialization.safe_globals(list(SAFE_CLASSES)):
-            saved = torch.load(io.BytesIO(payload), weights_only=True)
-    except Exception as error:  # a pickle that builds something else: refused, not run
-        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise _refuse(path, f"holds objects mecsim does not write ({first[:200]})") from None
-    _check_schema(path, saved)
-    return saved
+    return header, expected_len
 
 
 def _check_schema(path: Path, saved: Any) -> None:

@@ -359,3 +359,44 @@ def test_a_full_disk_at_a_checkpoint_warns_and_the_run_goes_on(
     assert len(result.rounds) == sc["protocol"]["rounds"]
     warnings = [r for r in caplog.records if "without checkpoints" in r.getMessage()]
     assert len(warnings) == 1 and "No space left" in warnings[0].getMessage()
+
+
+def test_a_huge_sparse_checkpoint_is_refused_before_its_payload_is_read(
+    tiny: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import tracemalloc
+
+    _, path, digest = _checkpoint(tiny, tmp_path, monkeypatch)
+    with open(path, "r+b") as f:
+        f.truncate(1 << 30)  # 1 GiB, mostly a hole: the header's length no longer matches
+    tracemalloc.start()
+    with pytest.raises(ConfigError, match="length does not match"):
+        load_checkpoint(path, digest)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < 64 << 20  # read 2.2 GB before
+
+
+def test_a_signed_checkpoint_refuses_an_edit_whose_hash_was_recomputed(
+    tiny: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import io
+
+    monkeypatch.setenv("MECSIM_CHECKPOINT_KEY", "a shared secret")
+    _, path, digest = _checkpoint(tiny, tmp_path, monkeypatch)
+    saved = load_checkpoint(path, digest)  # signed and checked with the same key
+    assert saved["rounds_done"] == 2
+    buffer = io.BytesIO()
+    torch.save(saved, buffer)
+    forged = bytearray(buffer.getvalue())
+    forged[len(forged) // 2] ^= 0x01  # a forger's edit, its hash and length recomputed
+    _rewrite(path, bytes(forged))
+    with pytest.raises(ConfigError, match="not signed with MECSIM_CHECKPOINT_KEY"):
+        load_checkpoint(path, digest)
+    monkeypatch.delenv("MECSIM_CHECKPOINT_KEY")
+    _rewrite(path, buffer.getvalue())  # the genuine payload, its signature now stale
+    assert load_checkpoint(path, digest)["rounds_done"] == 2  # without a key: hashed only
+    _, unsigned, digest = _checkpoint(tiny, tmp_path / "plain", monkeypatch)
+    monkeypatch.setenv("MECSIM_CHECKPOINT_KEY", "a shared secret")
+    with pytest.raises(ConfigError, match="not signed"):
+        load_checkpoint(unsigned, digest)
