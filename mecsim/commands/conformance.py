@@ -135,11 +135,13 @@ def patched(owner: type, name: str, wrap: Callable[[Callable], Callable]) -> Ite
 
 def recorded(cls: type, hook: str, sent: list):
     """Record ``(round, client, nbytes)`` of every payload ``cls.hook`` returns."""
+    from mecsim.executors.base import check_payload
     from mecsim.learning.state import payload_nbytes
 
     def wrap(original):
         def recording(self, state, ctx, *args):
             payload = original(self, state, ctx, *args)
+            check_payload(self, hook, payload)
             if payload:
                 sent.append((ctx.round, ctx.client, payload_nbytes(payload)))
             return payload

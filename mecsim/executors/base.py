@@ -251,7 +251,29 @@ def run_tasks(
                 result.task_steps[task.name] = outcome.steps
                 if task.uploads:
                     result.upload = algorithm.upload(states[i], contexts[i])
+                    check_payload(algorithm, "upload", result.upload)
     return results
+
+
+def check_payload(algorithm: Algorithm, hook: str, payload: object) -> None:
+    """Stop with a clear error when a hook returns a payload that is not tensors by name
+    (its bytes on the wire are the tensors' ``nbytes``)."""
+    if payload is None:
+        return
+    name = type(algorithm).__name__
+    if not isinstance(payload, dict):
+        raise ConfigError(
+            "algorithm.name",
+            f"{name}.{hook}() returned a {type(payload).__name__}: return a dict of tensors "
+            "(or None to send nothing)",
+        )
+    for key, value in payload.items():
+        if not isinstance(value, torch.Tensor):
+            raise ConfigError(
+                "algorithm.name",
+                f"{name}.{hook}() returned a {type(value).__name__} as {key!r}: every value "
+                "of a payload is a tensor (wrap numbers with torch.tensor)",
+            )
 
 
 def check_finite(task: Task, jobs: Sequence[ClientJob], outcomes: Sequence[TrainResult]) -> None:
