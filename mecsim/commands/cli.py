@@ -65,7 +65,10 @@ def _plugin_failed(error: BaseException) -> int | None:
     a file) and return exit code 2; None when no plug-in frame raised it."""
     from mecsim.common.plugins import blame
 
-    culprit = blame(error.__traceback__)
+    culprit, cause = None, error
+    while culprit is None and cause is not None:  # SimPy re-raises a sub-process's error
+        culprit = blame(cause.__traceback__)  # as a copy caused by the original
+        cause = cause.__cause__
     if culprit is None:
         return None
     report = Path(tempfile.gettempdir()) / f"mecsim-plugin-{os.getpid()}-{int(time.time())}.txt"

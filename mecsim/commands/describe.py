@@ -15,7 +15,7 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
 from mecsim.common.errors import ConfigError
-from mecsim.common.section import types_in
+from mecsim.common.section import Section, types_in, unbounded_repeat
 
 NOT_SECTIONS = ("name", "seed", "algorithm", "protocol", "versions")
 """Top-level scenario keys that are no section table of their own (algorithm and
@@ -50,8 +50,11 @@ def _type_name(annotation: Any) -> str:
     return re.sub(r" at 0x[0-9a-f]+", "", str(annotation).replace("typing.", ""))
 
 
-def _range(field: FieldInfo) -> str:
-    bounds = []
+def _range(field: FieldInfo, capped: bool = False) -> str:
+    """The field's bounds; ``capped``: a repetition count at most MAX_REPEATS."""
+    from mecsim.common.section import MAX_REPEATS
+
+    bounds = [] if not capped else [f"<= {MAX_REPEATS}"]
     for item in field.metadata:
         for attr, sign in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<")):
             value = getattr(item, attr, None)
@@ -59,7 +62,7 @@ def _range(field: FieldInfo) -> str:
                 bounds.append(
                     f"{sign} {value:g}" if isinstance(value, float) else f"{sign} {value}"
                 )
-    return ", ".join(bounds)
+    return ", ".join(sorted(bounds, key=lambda b: not b.startswith(">")))
 
 
 def _default(field: FieldInfo) -> str:
@@ -114,7 +117,7 @@ def settings_rows(model: type[BaseModel], skip: tuple[str, ...] = ()) -> list[di
             "key": name,
             "type": _type_name(field.annotation),
             "default": _default(field),
-            "range": _range(field),
+            "range": _range(field, issubclass(model, Section) and unbounded_repeat(model, name)),
             "description": field.description or "",
         }
         for name, field in model.model_fields.items()

@@ -4,7 +4,25 @@ from __future__ import annotations
 
 
 class MecsimError(Exception):
-    """Base class: a user-facing error the CLI prints as one clear message."""
+    """Base class: a user-facing error the CLI prints as one clear message.
+
+    Its ``args`` are its constructor's arguments, whatever text a subclass makes of them,
+    so ``type(error)(*error.args)`` rebuilds it: SimPy copies an error that way when a
+    process waits for one that failed (a protocol's sub-process), and pickling does too.
+    """
+
+    def __new__(cls, *args: object, **kwargs: object) -> MecsimError:
+        error = super().__new__(cls, *args)
+        error._arguments = args
+        return error
+
+    def __init__(self, message: str = "") -> None:
+        super().__init__(message)
+        self.message_text = message
+        self.args = self._arguments
+
+    def __str__(self) -> str:
+        return self.message_text
 
 
 class ConfigError(MecsimError):
@@ -19,9 +37,6 @@ class ConfigError(MecsimError):
         self.field = field
         self.message = message
         super().__init__(f"{field}: {message}")
-
-    def __reduce__(self):  # copy/pickle (SimPy re-raises process errors, Ray ships them)
-        return (ConfigError, (self.field, self.message))
 
 
 class UnknownNameError(ConfigError):

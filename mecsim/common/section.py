@@ -38,7 +38,7 @@ field sets its own bound: ``epochs = 1e9`` allocated gigabytes before the first 
 
 
 @functools.cache
-def _unbounded_repeat(model: type[BaseModel], name: str) -> bool:
+def unbounded_repeat(model: type[BaseModel], name: str) -> bool:
     """Whether ``name`` counts repetitions and its field sets no upper bound of its own."""
     field = model.model_fields[name]
     own = any(getattr(m, "le", None) is not None or getattr(m, "lt", None) is not None
@@ -66,6 +66,6 @@ class Section(BaseModel):
     @classmethod
     def _bounded_repeats(cls, value: Any, info: ValidationInfo) -> Any:
         if isinstance(value, int) and value > MAX_REPEATS and info.field_name:
-            if _unbounded_repeat(cls, info.field_name):
+            if unbounded_repeat(cls, info.field_name):
                 raise ValueError(f"{value} repetitions: give at most {MAX_REPEATS:,}")
         return value

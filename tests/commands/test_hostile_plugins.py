@@ -49,3 +49,58 @@ def test_an_upload_that_is_not_tensors_is_one_line(tmp_path, capsys, monkeypatch
     assert code in (1, 2) and "Traceback" not in text and "internal error" not in text, text
     assert says in text
     assert not (tmp_path / "out").exists()
+
+
+HIERARCHICAL = Path(__file__).resolve().parents[2] / "scenarios" / "multicell_hierfavg.toml"
+
+
+@pytest.mark.parametrize(
+    ("name", "body", "says"),
+    [
+        ("hier_raises", "    def aggregate(self, *a, **k):\n        raise ValueError('boom')\n",
+         "hier_raises.aggregate() line 8 raised ValueError: boom"),
+        ("hier_nan", "    def upload(self, state, ctx):\n"
+         "        return {k: torch.full_like(v, float('nan'))\n"
+         "                for k, v in super().upload(state, ctx).items()}\n",
+         "the weights became NaN or infinite"),
+    ],
+)  # fmt: skip
+def test_a_failing_plugin_inside_an_edge_round_is_one_line(tmp_path, capsys, monkeypatch, name,
+                                                           body, says):  # fmt: skip
+    # an edge round is a SimPy process the cloud waits for: SimPy re-raises its error as a
+    # copy built from the error's args (a ConfigError did not rebuild; a plug-in's frame
+    # was only in the copy's cause)
+    monkeypatch.chdir(tmp_path)
+    _plugin(tmp_path, name, "    hierarchical = True\n" + body)
+    settings = ["protocol.rounds=2", f"algorithm.name={name}", "algorithm.steps=2"]
+    args = ["run", str(HIERARCHICAL), "--no-progress", "--out", "out", "--import", name]
+    code = main([*args, *(x for s in settings for x in ("--set", s))])
+    err = capsys.readouterr().err
+    assert code == 2 and "internal error" not in err and says in err, err
+    assert len(err.strip().splitlines()) == 1 and not (tmp_path / "out").exists()
+
+
+def test_every_mecsim_error_rebuilds_from_its_args():
+    import pickle
+
+    from mecsim.common.errors import (
+        ConfigError,
+        DatasetNotFoundError,
+        ExecutorLost,
+        MecsimError,
+        UnknownNameError,
+    )
+    from mecsim.config.validation import Problem, ScenarioError
+    from mecsim.engine.checkpoint import CheckpointMismatch
+
+    for error in (
+        MecsimError("plain"),
+        ConfigError("a.b", "fix it"),
+        UnknownNameError("algorithm.name", "algorithm", "fedavgg", ["fedavg", "ditto"]),
+        ScenarioError([Problem("a.b", "wrong")]),
+        CheckpointMismatch("round 3"),
+        DatasetNotFoundError("no files"),
+        ExecutorLost("gone"),
+    ):
+        for copy in (type(error)(*error.args), pickle.loads(pickle.dumps(error))):
+            assert type(copy) is type(error) and str(copy) == str(error)
