@@ -138,3 +138,18 @@ def test_mecsim_check_catches_a_false_client_blind_costs_claim():
         assert outcomes["classes"].skipped and all(o.ok for o in outcomes.values())
     finally:
         ALGORITHMS.remove("oddball")
+
+
+def test_the_resume_check_holds_when_the_machines_load_changes_between_runs(monkeypatch):
+    # threads = 'auto' follows the idle CPUs: a loaded machine gave the uninterrupted and
+    # the resumed run different counts, hence differently rounded states (ditto, fedamp
+    # and fedbabu failed 'resume' in a full suite run beside another job)
+    from itertools import cycle
+
+    from mecsim.commands.conformance import resume_problems
+    from mecsim.common import threads
+
+    idle = cycle([2.0, 1.0])
+    monkeypatch.setattr(threads, "idle_cpus", lambda *a, **k: next(idle))
+    monkeypatch.setattr(threads, "usable_cpus", lambda: 2)
+    assert resume_problems(["algorithm.name=ditto"]) == []
