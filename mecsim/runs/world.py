@@ -9,6 +9,7 @@ each client's architecture, and the algorithm with its training context.
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass, replace
 from functools import cached_property
@@ -23,6 +24,7 @@ from mecsim.common.distributions import sample_attribute
 from mecsim.common.errors import ConfigError
 from mecsim.common.rng import derive_seed, numpy_rng
 from mecsim.config.client_table import out_of_range, range_text, read_client_table
+from mecsim.config.ineffective import ineffective_settings
 from mecsim.config.scenario import ClientsConfig, DataConfig, ModelConfig, Scenario
 from mecsim.engine.evaluation import CurveEvaluator, Evaluator
 from mecsim.engine.faults import Faults
@@ -416,6 +418,8 @@ class Setup:
 def build_world(sc: Scenario, torch_device: torch.device) -> World:
     """Build clients, links, data, partition, models and algorithm; every check that can
     refuse a scenario runs here, before any work (``validate`` calls this too)."""
+    for line in ineffective_settings(sc):
+        logging.getLogger("mecsim").warning("warning: %s", line)
     cost_only = sc.execution.cost_only
     clients, network = build_links(sc)
     faults = Faults(sc.faults, len(clients), sc.seed)  # reads and checks the trace

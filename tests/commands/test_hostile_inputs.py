@@ -341,8 +341,8 @@ def test_validate_simulate_finds_what_only_running_the_protocol_shows(
     )
     overrides = [o.replace("TRACE", trace) for o in overrides]
     args = ["validate", QUICKSTART, *_sets("clients.count=4", "protocol.rounds=3", *overrides)]
-    assert main(args) == 0  # the static checks cannot know
-    capsys.readouterr()
+    assert main(args) == 0  # the static checks cannot know, and say so
+    assert "--simulate also runs it cost-only" in capsys.readouterr().out
     assert main([*args, "--simulate"]) == 2
     assert says in _one_line(capsys)
 
