@@ -208,7 +208,9 @@ class ClientsConfig(Section):
         if (self.x_m is None) != (self.y_m is None):
             missing = "y_m" if self.y_m is None else "x_m"
             raise ValueError(f"positions need both x_m and y_m; set {missing} too")
-        if self.x_m is not None and "distance_m" in self.model_fields_set:
+        default = type(self).model_fields["distance_m"].get_default()
+        chosen = "distance_m" in self.model_fields_set and self.distance_m != default
+        if self.x_m is not None and chosen:  # (a resolved scenario spells out the default)
             raise ValueError(
                 "set positions (x_m, y_m) or distance_m, not both: with positions, "
                 "distances are measured to the cells"

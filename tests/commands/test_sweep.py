@@ -196,3 +196,22 @@ def test_a_run_on_a_ray_address_nothing_listens_at_is_refused_in_one_line(tiny, 
         "refused); start one with `ray start --head` or give its address"
     ]
     assert not out.exists()
+
+
+def test_a_sweep_of_placed_clients_resumes(tiny, tmp_path, capsys):
+    # its points' resolved scenarios spell out distance_m's default beside the positions,
+    # which loading refused as "positions or distance_m, not both": every --resume failed
+    import tomli_w
+
+    tiny["network"] = {"cells": [{"x_m": 0.0, "y_m": 0.0}, {"x_m": 1000.0, "y_m": 0.0}]}
+    tiny["clients"] = {"count": 4, "x_m": {"dist": "uniform", "low": -300, "high": 1300},
+                       "y_m": 0.0}  # fmt: skip
+    tiny["execution"] = {"cost_only": True}
+    scenario = tmp_path / "placed.toml"
+    scenario.write_text(tomli_w.dumps(tiny))
+    args = ["compare", "--scenario", str(scenario), "--sweep", "clients.bandwidth_mhz=5,10",
+            "--out", str(tmp_path / "cmp")]  # fmt: skip
+    assert main(args) == 0
+    assert main([*args, "--resume"]) == 0, capsys.readouterr().err
+    for point in (tmp_path / "cmp" / "runs").iterdir():
+        assert main(["validate", str(point / "scenario.resolved.toml")]) == 0
