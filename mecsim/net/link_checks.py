@@ -38,6 +38,7 @@ class LinkChecks:
     channel: ChannelModel
     clients: list[ClientProfile]
     seed: int
+    position_key: str
     min_sinr: float
     max_s: float
     coherence_s: float
@@ -64,7 +65,7 @@ class LinkChecks:
             c = self.clients[i]
             if min(up_rate[i], down_rate[i]) <= 0:
                 raise ConfigError(
-                    "clients.distance_m",
+                    self.position_key,
                     f"client {c.id}'s link carries no bits (SINR {sinr[i]:.3g}); "
                     "move clients closer, raise their power or set network.max_transfer_s",
                 )
@@ -174,7 +175,7 @@ class LinkChecks:
         seconds = 8 * nbytes / rate if rate > 0 else math.inf
         if seconds > MAX_TRANSFER_S and self.config.max_transfer_s is None:
             raise ConfigError(
-                "clients.distance_m",
+                self.position_key,
                 f"client {client} would need {seconds:.3g} s to move {what} "
                 f"({nbytes} bytes) at its mean rate ({rate:.3g} bit/s); move clients "
                 "closer, raise their power or bandwidth, or check network.exponent",

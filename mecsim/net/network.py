@@ -108,8 +108,11 @@ class Network(LinkChecks):
         seed: int,
         cells: Sequence[Cell] | None = None,
         trajectories: Trajectories | None = None,
+        position_key: str = "clients.distance_m",
     ) -> None:
         self.config = config
+        self.position_key = position_key
+        """The setting that says where clients are (a link too weak to use names it)."""
         self.clients = list(clients)
         self.seed = seed
         self.cells = list(cells or build_cells(config, ""))

@@ -56,8 +56,18 @@ def build_links(sc: Scenario) -> tuple[list[ClientProfile], Network]:
     clients = build_clients(sc.clients, sc.seed, cells, pathloss)
     trajectories = build_trajectories(sc.clients.mobility, clients, cells, sc.seed)
     if isinstance(trajectories, TraceMobility):  # the trace says where clients start
-        clients = _placed(clients, trajectories.x0, trajectories.y0, cells, pathloss)
-    return clients, Network(net, clients, sc.seed, cells, trajectories)
+        clients = _placed(clients, trajectories.x0, trajectories.y0, cells, pathloss,
+                          "clients.mobility.trace")  # fmt: skip
+    return clients, Network(net, clients, sc.seed, cells, trajectories, position_key(sc.clients))
+
+
+def position_key(cfg: ClientsConfig) -> str:
+    """The setting that says where clients are, named when a link is too weak to use."""
+    if cfg.mobility.model == "trace":
+        return "clients.mobility.trace"
+    if cfg.table is not None and {"x_m", "distance_m"} & cfg.table_columns():
+        return "clients.table"
+    return "clients.x_m" if cfg.x_m is not None else "clients.distance_m"
 
 
 def build_trajectories(
@@ -100,9 +110,11 @@ def _placed(
     y: np.ndarray,
     cells: list[Cell],
     pathloss: LogDistancePathLoss,
+    key: str,
 ) -> list[ClientProfile]:
-    """``clients`` moved to ``(x, y)``: distances measured and cells associated anew."""
-    distance, cell = _associate(x, y, cells, pathloss)
+    """``clients`` moved to ``(x, y)`` (given by setting ``key``): distances measured and
+    cells associated anew."""
+    distance, cell = _associate(x, y, cells, pathloss, key)
     return [
         replace(c, x_m=float(px), y_m=float(py), distance_m=float(d), cell=int(k))
         for c, px, py, d, k in zip(clients, x, y, distance, cell, strict=True)
@@ -110,14 +122,19 @@ def _placed(
 
 
 def _associate(
-    x: np.ndarray, y: np.ndarray, cells: list[Cell], pathloss: LogDistancePathLoss
+    x: np.ndarray,
+    y: np.ndarray,
+    cells: list[Cell],
+    pathloss: LogDistancePathLoss,
+    key: str = "clients.x_m",
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Each client's distance to the cell it associates with, and that cell."""
+    """Each client's distance to the cell it associates with, and that cell (``key``: the
+    setting that placed them, named if one stands on a base station)."""
     to_cells = distances(x, y, cells)
     if (to_cells <= 0).any():
         i, j = (int(k[0]) for k in np.nonzero(to_cells <= 0))
         raise ConfigError(
-            "clients.x_m",
+            key,
             f"client {i} stands on cell {j}'s base station; no client may be at distance "
             "0 from a cell: move it or the cell",
         )

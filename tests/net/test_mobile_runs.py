@@ -129,6 +129,23 @@ def test_a_trace_with_a_bad_client_is_refused_naming_the_row(tiny, tmp_path, cap
     assert "clients.mobility.trace" in err and "row 3" in err and "Traceback" not in err
 
 
+def test_a_trace_that_puts_a_client_out_of_reach_names_the_trace(tiny, tmp_path, capsys):
+    # the link check named clients.distance_m, a key such a scenario does not set
+    trace = tmp_path / "far.csv"
+    rows = [f"0,{c},{1e9 if c == 2 else 100.0 * c + 50},0" for c in range(8)]
+    trace.write_text("t,client,x,y\n" + "\n".join(rows) + "\n")
+    scenario = tmp_path / "s.toml"
+    scenario.write_text(tomli_w.dumps(tiny))
+    settings = [*MOVING[:4], 'clients.mobility.model="trace"', f'clients.mobility.trace="{trace}"',
+                "clients.mobility.area_m=[-2e9, -1e3, 2e9, 1e3]"]  # fmt: skip
+    args = ["run", str(scenario), "--out", str(tmp_path / "run"),
+            *sum((["--set", o] for o in settings), [])]  # fmt: skip
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "clients.mobility.trace" in err and "client 2" in err and "Traceback" not in err
+    assert "clients.distance_m" not in err
+
+
 def test_a_client_handing_over_between_cells_takes_part_once_per_edge_round(tiny):
     # cells run their edge rounds at their own pace: a client that moved from a cell that
     # already started round r to one that had not was selected by both (a crash)
