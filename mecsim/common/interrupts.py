@@ -11,6 +11,11 @@ round) if it is still pending.
 
 from __future__ import annotations
 
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 pending: BaseException | None = None
 """The stop a signal asked for and no code has yet seen raised to the top."""
 
@@ -34,3 +39,20 @@ def clear() -> None:
     """Forget the recorded stop (it reached the top)."""
     global pending
     pending = None
+
+
+@contextmanager
+def deferred() -> Iterator[None]:
+    """Hold SIGINT and SIGTERM back for a few statements that must not be cut in two
+    (creating a file and writing the record that proves it mecsim's); a signal that
+    arrived meanwhile is delivered, and its handler runs, as the block ends."""
+    main = threading.current_thread() is threading.main_thread()
+    if not main or not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    held = {signal.SIGINT, signal.SIGTERM}
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)

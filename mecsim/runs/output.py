@@ -33,6 +33,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from mecsim.common import interrupts
 from mecsim.common.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -108,7 +109,11 @@ def _try_claim(run_dir: Path) -> bool:
     claim = _claim_path(run_dir)
     for _ in range(2):
         try:
-            fd = os.open(claim, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            with interrupts.deferred():  # never an empty claim: created with its record
+                fd = os.open(claim, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+                with os.fdopen(fd, "w") as f:
+                    f.write(owner_record())
+            return True
         except FileExistsError:
             record = _read_owner(claim)
             if record is None:
@@ -119,10 +124,6 @@ def _try_claim(run_dir: Path) -> bool:
             if _running(record) and not _is_ours(record):
                 return False
             claim.unlink(missing_ok=True)  # stale: its process is gone
-            continue
-        with os.fdopen(fd, "w") as f:
-            f.write(owner_record())
-        return True
     return False
 
 
@@ -180,10 +181,11 @@ def _stale_leftover(path: Path) -> bool:
 
 def _owned_temporary(run_dir: Path, kind: str) -> Path:
     """A new hidden directory beside ``run_dir`` (``.NAME.KIND-PID-*``) holding :data:`OWNER`."""
-    tmp = Path(
-        tempfile.mkdtemp(prefix=f".{run_dir.name}.{kind}-{os.getpid()}-", dir=run_dir.parent)
-    )
-    (tmp / OWNER).write_text(owner_record())
+    with interrupts.deferred():  # never a temporary without the record that proves it ours
+        tmp = Path(
+            tempfile.mkdtemp(prefix=f".{run_dir.name}.{kind}-{os.getpid()}-", dir=run_dir.parent)
+        )
+        (tmp / OWNER).write_text(owner_record())
     return tmp
 
 
@@ -305,14 +307,17 @@ def atomic_directory(run_dir: Path, overwrite: bool = False) -> Iterator[Path]:
         os.umask(umask)
         tmp.chmod(0o777 & ~umask)
         check_target(run_dir, overwrite)
-        if run_dir.exists():
-            trash = _owned_temporary(run_dir, "old")
-            os.replace(run_dir, trash / "run")
-            os.replace(tmp, run_dir)
+        with interrupts.deferred():  # the old run swapped for the new one, never neither
+            if run_dir.exists():
+                trash = _owned_temporary(run_dir, "old")
+                os.replace(run_dir, trash / "run")
+                os.replace(tmp, run_dir)
+            else:
+                trash = None
+                os.replace(tmp, run_dir)
+            (run_dir / OWNER).unlink(missing_ok=True)  # a finished run holds only its MARKER
+        if trash is not None:
             shutil.rmtree(trash, ignore_errors=True)
-        else:
-            os.replace(tmp, run_dir)
-        (run_dir / OWNER).unlink(missing_ok=True)  # a finished run holds only its MARKER
     except OSError as error:  # disk full, quota, a read-only or vanished folder
         shutil.rmtree(tmp, ignore_errors=True)
         raise ConfigError(
