@@ -44,15 +44,20 @@ def clear() -> None:
 @contextmanager
 def deferred() -> Iterator[None]:
     """Hold SIGINT and SIGTERM back for a few statements that must not be cut in two
-    (creating a file and writing the record that proves it mecsim's); a signal that
-    arrived meanwhile is delivered, and its handler runs, as the block ends."""
-    main = threading.current_thread() is threading.main_thread()
-    if not main or not hasattr(signal, "pthread_sigmask"):
+    (creating a file and writing the record that proves it mecsim's): their handlers
+    only note a signal meanwhile, and it is raised again, to the real handler, as the
+    block ends. (Handlers, not the thread's signal mask: any thread may receive a
+    process's signal, and Python runs the handler in the main thread all the same.)"""
+    if threading.current_thread() is not threading.main_thread():
         yield
         return
-    held = {signal.SIGINT, signal.SIGTERM}
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    caught: list[int] = []
+    held = (signal.SIGINT, signal.SIGTERM)
+    previous = {s: signal.signal(s, lambda number, _: caught.append(number)) for s in held}
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        for number, handler in previous.items():
+            signal.signal(number, signal.SIG_DFL if handler is None else handler)
+        for number in dict.fromkeys(caught):
+            signal.raise_signal(number)
