@@ -17,6 +17,7 @@ accuracies across machines and loads; ``summary.json`` records the count.
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from collections.abc import Callable
@@ -84,6 +85,14 @@ def apply_threads(setting: int | str) -> int:
     import torch
 
     threads = choose_threads(setting)
+    if isinstance(setting, int) and threads > usable_cpus():
+        logging.getLogger("mecsim").warning(
+            "warning: execution.threads = %d is more than the %d CPUs this process may use: "
+            "threads wait for each other at every step (slower, same results); 'auto' "
+            "takes what is free",
+            threads,
+            usable_cpus(),
+        )
     if torch.get_num_threads() != threads:
         torch.set_num_threads(threads)
     return threads

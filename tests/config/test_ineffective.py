@@ -40,3 +40,21 @@ def test_defaults_spelled_out_warn_of_nothing(caplog):
         == 0
     )  # fmt: skip  (the defaults)
     assert not [m for m in caplog.messages if m.startswith("warning")]
+
+
+def test_more_threads_than_cpus_is_one_warning_line(caplog, monkeypatch):
+    import torch
+
+    from mecsim.common import threads
+
+    monkeypatch.setattr(threads, "usable_cpus", lambda: 2)
+    before = torch.get_num_threads()
+    try:
+        assert threads.apply_threads(64) == 64
+        warned = [m for m in caplog.messages if m.startswith("warning")]
+        caplog.clear()
+        threads.apply_threads(2)  # as many as there are: no warning
+    finally:
+        torch.set_num_threads(before)
+    assert len(warned) == 1 and "execution.threads = 64" in warned[0] and "2 CPUs" in warned[0]
+    assert not [m for m in caplog.messages if m.startswith("warning")]
