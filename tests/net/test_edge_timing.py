@@ -4,27 +4,13 @@ HierFAVG with moving clients."""
 
 from __future__ import annotations
 
-import copy
-
 import pandas as pd
 
 import mecsim
 from mecsim.analysis.invariants import check_result
+from tests.net.test_cells import placed
 
 FAST = ["algorithm.steps=2", "protocol.rounds=2"]
-
-
-def placed(tiny: dict, positions: list[tuple[float, float]], tmp_path, **network) -> dict:
-    """The tiny scenario with clients at ``positions`` (a client table) and ``network``."""
-    table = tmp_path / "clients.csv"
-    pd.DataFrame({"x_m": [p[0] for p in positions], "y_m": [p[1] for p in positions]}).to_csv(
-        table, index=False
-    )
-    scenario = copy.deepcopy(tiny)
-    scenario["clients"] = {**scenario.get("clients", {}), "table": str(table)}
-    scenario["clients"].pop("count", None)
-    scenario["network"] = {**scenario.get("network", {}), **network}
-    return scenario
 
 
 def first_compute_after_download(events: pd.DataFrame) -> pd.DataFrame:
