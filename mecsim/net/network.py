@@ -110,11 +110,8 @@ class Network(LinkChecks):
         trajectories: Trajectories | None = None,
         position_key: str = "clients.distance_m",
     ) -> None:
-        self.config = config
-        self.position_key = position_key
-        """The setting that says where clients are (a link too weak to use names it)."""
-        self.clients = list(clients)
-        self.seed = seed
+        self.config, self.clients, self.seed = config, list(clients), seed
+        self.position_key = position_key  # the setting a link too weak to use names
         self.cells = list(cells or build_cells(config, ""))
         self.channel = ChannelModel(
             pathloss=LogDistancePathLoss(config.pathloss_db, config.reference_m, config.exponent),
@@ -122,7 +119,7 @@ class Network(LinkChecks):
                 config.fading,
                 rician_k=config.rician_k,
                 shadowing_sigma_db=config.shadowing_sigma_db,
-            ),
+            ),  # fmt: skip
             noise_psd_dbm_hz=config.noise_psd_dbm_hz,
             spectral_efficiency=config.spectral_efficiency,
         )
