@@ -82,10 +82,16 @@ def check_run(scenario: Scenario, out: str | Path | None = None) -> None:
 
 
 def plan_executor(
-    sc: Scenario, ctx: TrainingContext, name: str | None, num_classes: int
+    sc: Scenario,
+    ctx: TrainingContext,
+    name: str | None,
+    num_classes: int,
+    most_samples: int | None = None,
 ) -> tuple[str, Calibration | None]:
     """The executor that runs (``cost_only``, or the requested one with ``auto`` resolved)
     and, for ``auto`` and an uncapped ``batched``, the probe that decided and sized it
+    (probing the batch a step really takes: at most ``most_samples``, the largest
+    client's training set, as training takes no more)
     (:mod:`mecsim.executors.calibration`)."""
     if sc.execution.cost_only:
         return "cost_only", None
@@ -99,7 +105,7 @@ def plan_executor(
         ctx.functions[ctx.models.default_name],
         tuple(ctx.data["train"][0].shape[1:]),
         num_classes,
-        int(getattr(sc.algorithm, "batch_size", 16)),
+        min(int(getattr(sc.algorithm, "batch_size", 16)), most_samples or 2**62),
         sc.protocol.round_size(sc.clients.count),
         ctx.device,
         requested,
@@ -228,7 +234,10 @@ def _run(
         checkpoint = Resume(path, digest, saved)
     with paused_gc():  # millions of objects for a million clients, and no cycles
         world = build_world(sc, torch_device)
-        executor_used, calibration = plan_executor(sc, world.ctx, executor, world.data.num_classes)
+        most = max((i.shape[0] for i in world.data.train), default=1)
+        executor_used, calibration = plan_executor(
+            sc, world.ctx, executor, world.data.num_classes, most
+        )
         setup = Setup(
             torch_device, threads, executor_used, executor or sc.execution.executor, calibration
         )

@@ -236,3 +236,21 @@ def test_cost_only_job_classes_run_one_job_per_class_and_change_no_table(monkeyp
     wall = [c for c in every.rounds.columns if c.startswith("wall")]
     pd.testing.assert_frame_equal(every.rounds.drop(columns=wall), shared.rounds.drop(columns=wall))
     pd.testing.assert_frame_equal(every.clients, shared.clients)
+
+
+def test_the_executor_probe_takes_the_batch_a_step_really_takes(tiny, monkeypatch):
+    # batch_size = 100000 on a tiny dataset: training takes at most a client's samples a
+    # step, but the auto executor's probe trained on 100000 synthetic samples (76 s, 8.6 GB)
+    from mecsim.runs import runner
+
+    seen, real = [], runner.calibrate
+
+    def probe(function, shape, classes, batch_size, *rest, **options):
+        seen.append(batch_size)
+        assert batch_size <= 10_000, "the probe took the scenario's batch, not the data's"
+        return real(function, shape, classes, batch_size, *rest, **options)
+
+    monkeypatch.setattr(runner, "calibrate", probe)
+    settings = ["algorithm.batch_size=100000", "protocol.rounds=1", "execution.executor=auto"]
+    result = mecsim.run(tiny, settings, write=False)
+    assert seen == [int(result.clients["num_train"].max())]
