@@ -401,7 +401,9 @@ def _ray_cluster(args: argparse.Namespace):
                 "[ADDRESS] or drop --ray-resources",
             )
         return None
-    return RayCluster(args.ray or None, parse_resources(args.ray_resources or "num_cpus=1"))
+    if args.ray_resources is None:
+        return RayCluster(args.ray or None)  # its default: one CPU a point
+    return RayCluster(args.ray or None, parse_resources(args.ray_resources))
 
 
 def _nothing_left_to_finish() -> bool:

@@ -15,7 +15,7 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
 from mecsim.common.errors import ConfigError
-from mecsim.common.section import Section, types_in, unbounded_repeat
+from mecsim.common.section import MAX_REPEATS, Section, types_in, unbounded_repeat
 
 NOT_SECTIONS = ("name", "seed", "algorithm", "protocol", "versions")
 """Top-level scenario keys that are no section table of their own (algorithm and
@@ -52,9 +52,7 @@ def _type_name(annotation: Any) -> str:
 
 def _range(field: FieldInfo, capped: bool = False) -> str:
     """The field's bounds; ``capped``: a repetition count at most MAX_REPEATS."""
-    from mecsim.common.section import MAX_REPEATS
-
-    bounds = [] if not capped else [f"<= {MAX_REPEATS}"]
+    bounds = []
     for item in field.metadata:
         for attr, sign in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<")):
             value = getattr(item, attr, None)
@@ -62,7 +60,7 @@ def _range(field: FieldInfo, capped: bool = False) -> str:
                 bounds.append(
                     f"{sign} {value:g}" if isinstance(value, float) else f"{sign} {value}"
                 )
-    return ", ".join(sorted(bounds, key=lambda b: not b.startswith(">")))
+    return ", ".join([*bounds, *([f"<= {MAX_REPEATS}"] if capped else [])])
 
 
 def _default(field: FieldInfo) -> str:

@@ -12,24 +12,27 @@ from __future__ import annotations
 
 import copy
 import os
+from collections.abc import Sequence
 from typing import Any
 
-FILE_KEYS = (
-    ("clients", "table"),
-    ("clients", "mobility", "trace"),
-    ("faults", "availability"),
-    ("data", "root"),
-)
+BESIDE_THE_FILE = (("clients", "table"), ("clients", "mobility", "trace"))
+"""File settings that a scenario file names relative to its own folder."""
+FILE_KEYS = (*BESIDE_THE_FILE, ("faults", "availability"), ("data", "root"))
 
 
-def absolute_file_paths(data: dict[str, Any]) -> dict[str, Any]:
-    """A copy of the scenario mapping ``data`` with every :data:`FILE_KEYS` path absolute."""
+def absolute_file_paths(
+    data: dict[str, Any],
+    keys: Sequence[tuple[str, ...]] = FILE_KEYS,
+    base: str | os.PathLike[str] = "",
+) -> dict[str, Any]:
+    """A copy of the scenario mapping ``data`` with the paths of ``keys`` absolute, a
+    relative one read from ``base`` (default: the working directory)."""
     data = copy.deepcopy(data)
-    for *tables, key in FILE_KEYS:
+    for *tables, key in keys:
         holder: Any = data
         for name in tables:
             holder = holder.get(name) if isinstance(holder, dict) else None
         value = holder.get(key) if isinstance(holder, dict) else None
         if isinstance(value, str) and value:
-            holder[key] = os.path.abspath(value)
+            holder[key] = os.path.abspath(os.path.join(base, value))
     return data

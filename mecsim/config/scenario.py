@@ -22,7 +22,7 @@ from typing import Any
 import tomllib
 
 from mecsim.common.errors import ConfigError
-from mecsim.common.file_keys import absolute_file_paths
+from mecsim.common.file_keys import BESIDE_THE_FILE, absolute_file_paths
 from mecsim.config.sections import (
     ClientsConfig,
     CompareConfig,
@@ -101,16 +101,7 @@ def read_scenario_file(path: str | Path) -> dict[str, Any]:
     if not data:
         logging.getLogger(__name__).info("%s is empty: every setting takes its default", path)
     data.setdefault("name", path.stem)
-    table = data.get("clients", {}).get("table") if isinstance(data.get("clients"), dict) else None
-    if isinstance(table, str) and not Path(table).is_absolute():
-        data["clients"]["table"] = str(path.parent / table)  # beside the scenario file
-    mobility = (
-        data.get("clients", {}).get("mobility") if isinstance(data.get("clients"), dict) else None
-    )
-    trace = mobility.get("trace") if isinstance(mobility, dict) else None
-    if isinstance(trace, str) and not Path(trace).is_absolute():
-        mobility["trace"] = str(path.parent / trace)  # beside the scenario file
-    return data
+    return absolute_file_paths(data, BESIDE_THE_FILE, path.parent)
 
 
 def load_scenario(

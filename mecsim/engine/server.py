@@ -8,6 +8,7 @@ clock, algorithm, server state, executor and recorder).
 from __future__ import annotations
 
 import math
+import numbers
 import time
 from collections.abc import Generator
 from typing import Any
@@ -105,7 +106,8 @@ class ServerWork:
     ) -> Process:
         """The server device (``at``: an edge server's device, in its cell) computes
         ``flops`` FLOPs now; the event is recorded when done."""
-        if not (isinstance(flops, int | float) and math.isfinite(flops) and flops >= 0):
+        real = isinstance(flops, numbers.Real) and not isinstance(flops, bool)
+        if not (real and math.isfinite(flops) and flops >= 0):
             raise ConfigError(
                 "algorithm.name",
                 f"algorithm {type(self.algorithm).__name__} counted {flops!r} FLOPs for its "

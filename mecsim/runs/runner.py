@@ -101,11 +101,12 @@ def plan_executor(
     ):
         return requested, None
     budget = sc.execution.memory_budget_gb
+    batch = int(getattr(sc.algorithm, "batch_size", 16))
     calibration = calibrate(
         ctx.functions[ctx.models.default_name],
         tuple(ctx.data["train"][0].shape[1:]),
         num_classes,
-        min(int(getattr(sc.algorithm, "batch_size", 16)), most_samples or 2**62),
+        batch if most_samples is None else min(batch, most_samples),
         sc.protocol.round_size(sc.clients.count),
         ctx.device,
         requested,
