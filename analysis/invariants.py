@@ -55,6 +55,8 @@ class Check:
     examined: int = 0
     problems: list[str] = field(default_factory=list)
     skipped: str | None = None
+    worst: dict[str, float] = field(default_factory=dict)
+    """The largest relative error per quantity it compared (a replay's checks)."""
 
     @property
     def ok(self) -> bool:
@@ -75,6 +77,10 @@ class RunFacts:
     """Each cell's edge device's compute power (None: unknown here)."""
     backhaul: tuple[float, float, float] = (1e9, 0.0, 0.0)
     """(rate bit/s, latency s, J per bit) of ``[network.backhaul]``."""
+    server_flops_per_s: float | None = None
+    """The server device's speed (None: unknown here)."""
+    cell_flops_per_s: list[float | None] = field(default_factory=list)
+    """Each cell's edge device's speed (None: unknown here)."""
 
 
 def _close(a: np.ndarray, b: np.ndarray, atol: np.ndarray | float = 0.0) -> np.ndarray:
@@ -331,8 +337,12 @@ def check_tables(
     clients: pd.DataFrame,
     facts: RunFacts,
     summary: dict[str, Any] | None = None,
+    settings: dict[str, Any] | None = None,
 ) -> list[Check]:
-    """Every invariant of the module docstring over a run's tables."""
+    """Every invariant of the module docstring over a run's tables, then (given the
+    run's flattened ``settings``) the physics of :mod:`mecsim.analysis.physics`."""
+    from mecsim.analysis.physics import physics_checks
+
     if "duration_s" not in events:  # written before durations were stored
         events = events.assign(duration_s=events["t_end"] - events["t_start"])
     checks = [
@@ -345,6 +355,8 @@ def check_tables(
     ]
     if summary is not None:
         checks.append(_summary(events, rounds, summary))
+    if settings is not None:
+        checks += physics_checks(events, rounds, clients, facts, settings, summary)
     return checks
 
 
@@ -361,7 +373,6 @@ def run_facts(settings: dict[str, Any]) -> RunFacts:
 
     dbm = _number(settings["network.downlink.tx_power_dbm"], "network.downlink.tx_power_dbm")
     device = settings.get("server.device")
-    known = isinstance(device, str) and device in DEVICES
     cells = settings.get("network.cells") or []
     if not isinstance(cells, list) or not all(isinstance(c, dict) for c in cells):
         raise ValueError(f"network.cells = {cells!r} is not a list of tables")
@@ -373,16 +384,20 @@ def run_facts(settings: dict[str, Any]) -> RunFacts:
         for key, default in (("rate_mbps", 1000.0), ("latency_ms", 0.0), ("energy_nj_per_bit", 0.0))
     ]
 
-    def device_power(name: object) -> float | None:
-        return DEVICES.get(name).power_w if isinstance(name, str) and name in DEVICES else None
+    def device_of(name: object, what: str) -> float | None:
+        known = isinstance(name, str) and name in DEVICES
+        return getattr(DEVICES.get(name), what) if known else None
 
+    edge = [_given(c.get("device"), device) for c in cells]
     return RunFacts(
         server_tx_power_w=10 ** (dbm / 10) / 1e3,
-        server_power_w=DEVICES.get(device).power_w if known else None,
+        server_power_w=device_of(device, "power_w"),
         protocol=settings["protocol.kind"],
         cell_tx_power_w=[10 ** (_given(c.get("tx_power_dbm"), dbm) / 10) / 1e3 for c in cells],
-        cell_power_w=[device_power(_given(c.get("device"), device)) for c in cells],
+        cell_power_w=[device_of(name, "power_w") for name in edge],
         backhaul=(backhaul[0] * 1e6, backhaul[1] / 1e3, backhaul[2] * 1e-9),
+        server_flops_per_s=device_of(device, "flops_per_s"),
+        cell_flops_per_s=[device_of(name, "flops_per_s") for name in edge],
     )
 
 
@@ -395,8 +410,11 @@ def check_result(result: Any) -> list[Check]:
     """Check a :class:`~mecsim.runs.runner.RunResult` (``mecsim.run``'s answer) in memory."""
     from mecsim.analysis.compare import flatten
 
-    facts = run_facts(flatten(result.scenario.model_dump(mode="json")))
-    return check_tables(result.events, result.rounds, result.clients, facts, result.summary)
+    settings = flatten(result.scenario.model_dump(mode="json"))
+    facts = run_facts(settings)
+    return check_tables(
+        result.events, result.rounds, result.clients, facts, result.summary, settings
+    )
 
 
 def check_run_dir(run_dir: str | Path) -> list[Check]:
@@ -415,7 +433,7 @@ def check_run_dir(run_dir: str | Path) -> list[Check]:
     try:  # an edited table, summary or scenario: a failed check, not a crash
         facts = run_facts(run.settings)
         _well_formed(run.events, run.rounds, run.summary)
-        return check_tables(run.events, run.rounds, table, facts, run.summary)
+        return check_tables(run.events, run.rounds, table, facts, run.summary, run.settings)
     except (ValueError, KeyError, TypeError, AttributeError, IndexError) as error:
         why = f"missing {error}" if isinstance(error, KeyError) else str(error).splitlines()[0]
         return [Check("readable", 1, [f"{Path(run_dir)}: not as mecsim wrote it: {why[:200]}"])]
@@ -448,4 +466,15 @@ def render(checks: list[Check]) -> str:
         lines.append(f"{c.name:<14} {result:<6} {c.examined:>9}  {c.skipped or ''}".rstrip())
     for c in checks:
         lines += [f"{c.name}: {p}" for p in c.problems]
+    for c in checks:
+        if c.worst:
+            lines.append(f"{c.name}: {_largest_errors(c.worst)}")
     return "\n".join(lines) + "\n"
+
+
+def _largest_errors(worst: dict[str, float]) -> str:
+    """The largest relative error per quantity: those above zero, then how many are exact."""
+    inexact = {k: v for k, v in sorted(worst.items(), key=lambda kv: -kv[1]) if v > 0}
+    shown = ", ".join(f"{k} {v:.2g}" for k, v in inexact.items())
+    exact = len(worst) - len(inexact)
+    return "largest relative error " + (f"{shown}; " if shown else "") + f"{exact} exact"

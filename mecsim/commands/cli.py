@@ -210,9 +210,10 @@ def _validate(args: argparse.Namespace) -> int:
 
 
 def _check_run(args: argparse.Namespace) -> int:
-    from mecsim.analysis.invariants import check_run_dir, render
+    from mecsim.analysis.invariants import render
+    from mecsim.runs.replay import audit_run_dir
 
-    checks = check_run_dir(args.run_dir)
+    checks = audit_run_dir(args.run_dir, args.replay)
     sys.stdout.write(render(checks))
     return 0 if all(c.ok for c in checks) else 1
 

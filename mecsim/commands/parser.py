@@ -238,9 +238,18 @@ def _add_inspection(commands: argparse._SubParsersAction, plugins: argparse.Argu
     check_run = commands.add_parser(
         "check-run",
         parents=[plugins],
-        help="check a run directory's ledger: energy, air time, bytes, overlaps, totals",
+        help="check a run directory: its ledger (energy, air time, bytes, overlaps, totals), "
+        "its physics in closed form, and a replay of its scenario",
     )
     check_run.add_argument("run_dir", help="a directory `mecsim run` wrote")
+    check_run.add_argument(
+        "--replay",
+        choices=("auto", "full", "off"),
+        default="auto",
+        help="rerun the scenario and compare every figure: auto (cost-only, where the "
+        "algorithm's payload does not depend on training), full (train as the run did), "
+        "off",
+    )
 
     check = commands.add_parser(
         "check",
