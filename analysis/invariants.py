@@ -477,4 +477,6 @@ def _largest_errors(worst: dict[str, float]) -> str:
     inexact = {k: v for k, v in sorted(worst.items(), key=lambda kv: -kv[1]) if v > 0}
     shown = ", ".join(f"{k} {v:.2g}" for k, v in inexact.items())
     exact = len(worst) - len(inexact)
-    return "largest relative error " + (f"{shown}; " if shown else "") + f"{exact} exact"
+    if not shown:
+        return f"largest relative error 0 (all {exact} quantities exact)"
+    return f"largest relative error per quantity: {shown}; {exact} more exact"

@@ -24,7 +24,9 @@ tables and the run's settings alone:
   upload intervals), at its device's idle power, is ``energy_j.client_idle``; the
   total is the rows' energy plus that;
 * ``run times``: ``sim_time_s`` is the last round's end, ``mean_round_s`` the mean
-  round length.
+  round length;
+* ``handover breaks``: a handover sends nothing and draws nothing for exactly
+  ``network.handover_interruption_s`` (at most that when the run's end cuts it off).
 
 What none of these can recompute (interference, fading draws, moving positions,
 handovers) the replay recomputes (:mod:`mecsim.runs.replay`).
@@ -335,6 +337,34 @@ def run_times(rounds: pd.DataFrame, summary: dict[str, Any]) -> Check:
     return check
 
 
+def handover_breaks(events: pd.DataFrame, settings: dict[str, Any]) -> Check:
+    """Each handover row: no bytes, no energy, the interruption's length (at most it, cut
+    off)."""
+    check = Check("handover breaks")
+    rows = events[events["phase"].str.startswith("handover")]
+    if rows.empty:
+        check.skipped = "no handovers"
+        return check
+    check.examined = len(rows)
+    interruption = float(settings.get("network.handover_interruption_s", 0.05))
+    seconds = rows["duration_s"].to_numpy(dtype=float)
+    whole = (rows["phase"] == "handover").to_numpy()
+    tol = _clock_tol(rows)
+    length = np.where(
+        whole, ~_close(seconds, np.full(len(rows), interruption), tol), seconds > interruption + tol
+    )
+    bad = length | (rows["bytes"].to_numpy() != 0) | (rows["energy_j"].to_numpy() != 0)
+    check.problems = _first(
+        rows[bad],
+        lambda r: (
+            f"{r.phase} of client {r.client} at t={r.t_start:.9g}: {r.duration_s:.9g} s, "
+            f"{r.bytes} bytes, {r.energy_j:.6g} J (a break of {interruption:g} s moves and "
+            "draws nothing)"
+        ),
+    )
+    return check
+
+
 def physics_checks(
     events: pd.DataFrame,
     rounds: pd.DataFrame,
@@ -349,6 +379,7 @@ def physics_checks(
         transfer_rate(events, clients, settings),
         link_budget(events, clients, settings),
         promptness(events, facts),
+        handover_breaks(events, settings),
     ]
     if summary is not None:
         checks += [idle_energy(events, rounds, clients, summary), run_times(rounds, summary)]

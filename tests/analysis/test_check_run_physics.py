@@ -14,12 +14,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import mecsim
 from mecsim.analysis.compare import load_run
-from mecsim.analysis.invariants import check_tables, run_facts
+from mecsim.analysis.invariants import check_result, check_tables, run_facts
 from mecsim.commands.cli import main
-from mecsim.runs.replay import compare_run, replay_run
+from mecsim.runs.replay import check_replay, compare_run, replay_run
 
 SCENARIOS = Path(__file__).parents[2] / "scenarios"
 QUIET = ["execution.cost_only=true", "output.progress=false"]
@@ -308,3 +310,59 @@ def test_check_run_replays_and_fails_on_an_edited_table(tmp_path, capsys):
     capsys.readouterr()
     assert main(["check-run", str(out)]) == 1
     assert "replay rounds  FAIL" in capsys.readouterr().out
+
+
+PROTOCOL_SETTINGS = {
+    "compute_and_wait": [],
+    "wait_free": [],
+    "deadline": ["protocol.deadline_s=2.0"],
+    "fedasync": ["protocol.concurrency=3"],
+    "fedbuff": ["protocol.concurrency=3", "protocol.buffer_size=2"],
+    "hierarchical": ["protocol.edge_rounds=2"],
+}
+
+
+@settings(
+    max_examples=12,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(
+    protocol=st.sampled_from(sorted(PROTOCOL_SETTINGS)),
+    cells=st.integers(2, 3),
+    reuse=st.integers(1, 2),
+    mobility=st.sampled_from(["random_waypoint", "gauss_markov"]),
+    transfer=st.sampled_from(["resume", "restart"]),
+    fading=st.sampled_from(["none", "rayleigh"]),
+    uplink_mhz=st.sampled_from([None, 60.0]),
+    seed=st.integers(0, 1000),
+)
+def test_property_multicell_mobile_runs_pass_every_check_and_replay_exactly(
+    tiny, protocol, cells, reuse, mobility, transfer, fading, uplink_mhz, seed
+):
+    stations = ", ".join(f"{{x_m={600 * k}, y_m=0}}" for k in range(cells))
+    overrides = [
+        *QUIET,
+        f"protocol.kind={protocol}",
+        *PROTOCOL_SETTINGS[protocol],
+        "protocol.rounds=3",
+        "algorithm.steps=2",
+        f"seed={seed}",
+        f"network.cells=[{stations}]",
+        f"network.frequency_reuse={min(reuse, cells)}",
+        f"network.fading={fading}",
+        f'network.handover_transfer="{transfer}"',
+        "network.handover_time_to_trigger_s=0.02",
+        f'clients.x_m={{dist="uniform", low=-100, high={600 * cells - 500}}}',
+        'clients.y_m={dist="uniform", low=-50, high=50}',
+        "clients.count=8",
+        f'clients.mobility.model="{mobility}"',
+        "clients.mobility.speed_mps=[150, 250]",  # fast enough to hand over in a short run
+    ]
+    if uplink_mhz is not None:
+        overrides.append(f"network.uplink.total_bandwidth_mhz={uplink_mhz}")
+    result = mecsim.run(tiny, overrides, write=False)
+    checks = check_result(result) + check_replay(result)
+    assert not [f"{c.name}: {p}" for c in checks for p in c.problems]
+    assert all(e == 0.0 for c in checks for e in c.worst.values())

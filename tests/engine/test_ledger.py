@@ -23,6 +23,7 @@ from mecsim.common.errors import ConfigError
 from mecsim.learning.devices import DEVICES
 from mecsim.net.network import ClientProfile, Network
 from mecsim.net.settings import NetworkConfig
+from mecsim.runs.replay import check_replay
 from mecsim.runs.runner import RunResult
 
 SCENARIOS = Path(__file__).parents[2] / "scenarios"
@@ -347,7 +348,7 @@ def test_every_shipped_scenario_keeps_the_ledger_consistent(path):
     if path.stem.startswith("persfl"):
         overrides.append("algorithm.fl_rounds=1")
     result = mecsim.run(path, overrides, write=False)
-    assert not failures(check_result(result))
+    assert not failures(check_result(result) + check_replay(result))
 
 
 def documented_phases() -> list[str]:
