@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -99,9 +100,15 @@ class _Chunk:
     results: list[JobResult] | None = None
 
 
+HTTP2_HELLO = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
+"""HTTP/2's client preface and an empty SETTINGS frame: a Ray head (GCS or Ray client
+server, both gRPC) answers with a SETTINGS frame of its own."""
+
+
 def check_address(address: str | None, field: str, timeout_s: float = 5.0) -> None:
-    """Refuse, in one line and within ``timeout_s``, a Ray address nothing listens at
-    (``ray.init`` itself retries for minutes). ``None`` and ``"auto"`` are left to Ray."""
+    """Refuse, in one line and within about ``timeout_s``, a Ray address nothing listens
+    at or whose listener is not Ray (``ray.init`` itself retries for minutes). ``None``
+    and ``"auto"`` are left to Ray."""
     if address is None or address == "auto":
         return
     import socket
@@ -113,21 +120,43 @@ def check_address(address: str | None, field: str, timeout_s: float = 5.0) -> No
             field, f"{address!r}: give HOST:PORT, ray://HOST:PORT or auto (e.g. 10.0.0.5:6379)"
         )
     try:
-        with socket.create_connection((host, int(port)), timeout=timeout_s):
-            pass
+        with socket.create_connection((host, int(port)), timeout=timeout_s) as sock:
+            sock.settimeout(min(timeout_s, 3.0))  # a Ray head answers in milliseconds
+            answer = _handshake(sock)
     except OSError as error:
         raise ConfigError(
             field,
             f"no Ray cluster answers at {address} ({error.strerror or error}); start one "
             "with `ray start --head` or give its address",
         ) from None
+    if len(answer) < 9 or answer[3] != 4:  # no HTTP/2 SETTINGS frame: not gRPC, not Ray
+        raise ConfigError(
+            field,
+            f"{address} accepts connections but is not a Ray cluster (no gRPC answer); give "
+            "the head's address (HOST:6379, or ray://HOST:10001 for Ray client)",
+        )
+
+
+def _handshake(sock: Any) -> bytes:
+    """The first 9 bytes the listener on ``sock`` answers HTTP/2's preface with (fewer:
+    it closed or kept silent until the socket's timeout)."""
+
+    sock.sendall(HTTP2_HELLO)
+    answer = b""
+    try:
+        while len(answer) < 9 and (chunk := sock.recv(9 - len(answer))):
+            answer += chunk
+    except (TimeoutError, ConnectionError):
+        pass
+    return answer
 
 
 def connect(address: str | None, field: str, requirer: str, num_cpus: int | None = None) -> Any:
     """The ``ray`` module, connected to the cluster at ``address`` (None: ``RAY_ADDRESS``, a
     cluster on this machine, else a new local instance of ``num_cpus`` CPUs); an existing
     connection is kept. A missing Ray is one line naming ``requirer`` (the setting that
-    asked for Ray), a cluster that does not answer one line naming ``field``."""
+    asked for Ray), a cluster that does not answer one line naming ``field`` (or
+    ``RAY_ADDRESS``, where that named it)."""
     try:
         import ray
     except ImportError:
@@ -135,6 +164,8 @@ def connect(address: str | None, field: str, requirer: str, num_cpus: int | None
             requirer, "needs Ray: pip install 'mecsim[ray]' (or pip install ray)"
         ) from None
     if not ray.is_initialized():
+        if address is None and os.environ.get("RAY_ADDRESS"):
+            check_address(os.environ["RAY_ADDRESS"], "RAY_ADDRESS")
         check_address(address, field)
         try:
             ray.init(
@@ -151,6 +182,25 @@ def connect(address: str | None, field: str, requirer: str, num_cpus: int | None
                 "or give its address",
             ) from None
     return ray
+
+
+RAY_NAMES = {"num_cpus": "CPU", "num_gpus": "GPU", "memory": "memory"}
+"""Task option -> the name of the resource in ``ray.cluster_resources()``."""
+
+
+def check_resources(ray: Any, wanted: dict[str, float], field: str) -> None:
+    """Refuse a task that asks for more of a resource than the whole cluster has: Ray
+    would leave it pending for ever. ``wanted`` maps task options (``num_gpus``) or
+    custom resource names to amounts."""
+    have = ray.cluster_resources()
+    for key, amount in wanted.items():
+        name = RAY_NAMES.get(key, key)
+        if amount > 0 and have.get(name, 0.0) < amount:
+            raise ConfigError(
+                field,
+                f"each task asks for {key}={amount:g} but the cluster has "
+                f"{have.get(name, 0.0):g} {name} in all: ask for less or add nodes with it",
+            )
 
 
 def job_error(error: Exception) -> BaseException:
@@ -176,6 +226,7 @@ class RayExecutor:
         max_retries: int = MAX_RETRIES,
     ) -> None:
         ray = self.ray = connect(address, "execution.ray_address", "execution.executor", num_cpus)
+        check_resources(ray, {"num_gpus": gpus_per_task}, "execution.ray_gpus_per_task")
         count = tasks or max(1, int(ray.available_resources().get("CPU", 1)))
         self.device = ctx.device
         self.max_retries = max_retries

@@ -13,10 +13,12 @@ import torch
 
 import mecsim
 import mecsim.runs.runner
+from mecsim.commands.cli import main
 from mecsim.common.errors import ConfigError
 from mecsim.config.scenario import load_scenario
 from mecsim.engine.checkpoint import Ledger, checkpoint_path, load_checkpoint, scenario_digest
 from mecsim.engine.simulation import Simulation
+from mecsim.learning.state import ModelState
 
 WALL = ["wall_s", "wall_train_s"]
 
@@ -400,3 +402,49 @@ def test_a_signed_checkpoint_refuses_an_edit_whose_hash_was_recomputed(
     monkeypatch.setenv("MECSIM_CHECKPOINT_KEY", "a shared secret")
     with pytest.raises(ConfigError, match="not signed"):
         load_checkpoint(unsigned, digest)
+
+
+@pytest.mark.parametrize("protocol", ["compute_and_wait", "hierarchical"])
+def test_nan_weights_in_a_rehashed_checkpoint_are_refused_in_one_line_on_resume(
+    tiny: dict[str, Any],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    protocol: str,
+) -> None:
+    import io
+
+    import tomli_w
+
+    cells = [{"x_m": 0.0, "y_m": 0.0}, {"x_m": 800.0, "y_m": 0.0}]
+    placed = {"count": 6, "x_m": {"dist": "uniform", "low": -200, "high": 1000}, "y_m": 0.0}
+    sc = _scenario(tiny, protocol={"kind": protocol}, clients=placed)
+    sc["clients"].pop("distance_m")
+    sc["network"] = {"cells": cells}
+    path = tmp_path / "s.toml"
+    path.write_text(tomli_w.dumps(sc))
+    out = tmp_path / "cut"
+    _interrupted_run(monkeypatch, sc, out, 2)
+    saved = checkpoint_path(out)
+    digest = scenario_digest(load_scenario(path).model_dump(mode="json"))
+    state = load_checkpoint(saved, digest)
+
+    def poison(value: Any) -> Any:  # every float tensor of the saved states -> NaN
+        if isinstance(value, torch.Tensor) and value.is_floating_point():
+            return torch.full_like(value, float("nan"))
+        if isinstance(value, ModelState):
+            return ModelState(poison(value.params), poison(value.buffers))
+        if isinstance(value, dict):
+            return {k: poison(v) for k, v in value.items()}
+        if isinstance(value, list | tuple):
+            return type(value)(poison(v) for v in value)
+        return value
+
+    buffer = io.BytesIO()
+    torch.save(poison(state), buffer)
+    _rewrite(saved, buffer.getvalue())
+    capsys.readouterr()
+    assert main(["run", str(path), "--out", str(out), "--resume"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "internal error" not in err[0] and "Traceback" not in err[0], err
+    assert "not finite" in err[0] or "NaN" in err[0], err
