@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 import tomllib
 
+from mecsim.analysis.scheduling import SCHEDULING_COLUMNS, render_scheduling, scheduling_measures
 from mecsim.common.errors import MecsimError
 
 DEFAULT_BASELINE = "protocol.kind=compute_and_wait"
@@ -223,7 +224,7 @@ def comparison_columns(targets: list[float]) -> list[str]:
         for kind in ("pm", "gm")
         for t in targets
     ]
-    return per_target + list(RUN_COLUMNS) + list(COMMUNICATION_COLUMNS)
+    return per_target + list(RUN_COLUMNS) + list(COMMUNICATION_COLUMNS) + list(SCHEDULING_COLUMNS)
 
 
 RUN_COLUMNS = (
@@ -281,6 +282,9 @@ def compare_runs(
         handovers = run.events["phase"].astype(str).str.startswith("handover").sum()
         row["handovers_per_round"] = float(handovers) / max(len(run.rounds), 1)
         row.update(communication(run))
+        trainers = int(run.settings.get("clients.count", 0) or 0)
+        trainers -= int(run.settings.get("evaluation.new_clients", 0) or 0)
+        row.update(scheduling_measures(run.events, run.rounds, run.summary, trainers))
         rows.append(row)
     table = pd.DataFrame(rows)
     matched = match_baselines(runs, baseline)
@@ -467,4 +471,5 @@ def render_markdown(table: pd.DataFrame, targets: list[float]) -> str:
             _fmt(r["server_state_peak_bytes"] / mb, 3),
         ]
         lines.append("| " + " | ".join(cells) + " |")
+    lines += render_scheduling(table)
     return "\n".join(lines) + "\n"

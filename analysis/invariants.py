@@ -460,10 +460,10 @@ def _well_formed(events: pd.DataFrame, rounds: pd.DataFrame, summary: dict[str, 
 
 def render(checks: list[Check]) -> str:
     """A pass/fail table, then each problem on its own line."""
-    lines = [f"{'check':<15} {'result':<6} {'examined':>9}  note"]
+    lines = [f"{'check':<16} {'result':<6} {'examined':>9}  note"]
     for c in checks:
         result = "FAIL" if c.problems else ("skip" if c.skipped and not c.examined else "ok")
-        lines.append(f"{c.name:<15} {result:<6} {c.examined:>9}  {c.skipped or ''}".rstrip())
+        lines.append(f"{c.name:<16} {result:<6} {c.examined:>9}  {c.skipped or ''}".rstrip())
     for c in checks:
         lines += [f"{c.name}: {p}" for p in c.problems]
     for c in checks:

@@ -22,7 +22,8 @@ FLOORS: list[tuple[str, ...]] = [
     (
         "mecsim.learning",
         "mecsim.channels",
-    ),  # 1: payloads, trainer, FLOP meter, models, data; physics
+        "mecsim.policies",
+    ),  # 1: payloads, trainer, FLOP meter, models, data; physics; radio decisions
     ("mecsim.net",),  # 2: links, radios, cells, geometry, mobility, handover
     ("mecsim.algorithms",),  # 3: what a client and the server compute
     ("mecsim.executors",),  # 4: where client work runs

@@ -247,6 +247,15 @@ def _check(args: argparse.Namespace) -> int:
     from mecsim.commands.conformance import check_algorithm, render
 
     _import_run_machinery()
+    if args.algorithm not in ALGORITHMS:
+        from mecsim.policies.scheduling import SCHEDULERS
+
+        if args.algorithm in SCHEDULERS:
+            from mecsim.commands.policy_conformance import check_policy
+
+            outcomes = check_policy(args.algorithm)
+            sys.stdout.write(render(args.algorithm, outcomes))
+            return 0 if all(o.ok for o in outcomes) else 1
     ALGORITHMS.get(args.algorithm)  # an unknown name: one line with the closest ones
 
     def progress(kind: str) -> None:

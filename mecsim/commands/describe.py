@@ -17,11 +17,23 @@ from pydantic.fields import FieldInfo
 from mecsim.common.errors import ConfigError
 from mecsim.common.section import MAX_REPEATS, Section, types_in, unbounded_repeat
 
-NOT_SECTIONS = ("name", "seed", "algorithm", "protocol", "versions")
+NOT_SECTIONS = ("name", "seed", "algorithm", "protocol", "scheduling", "versions")
 """Top-level scenario keys that are no section table of their own (algorithm and
 protocol tables are described per algorithm and per protocol)."""
-KINDS = ("algorithm", "protocol", "section", "model", "dataset", "device", "fading", "partition")
-SETTINGS_KINDS = ("algorithm", "protocol", "section")
+KINDS = (
+    "algorithm",
+    "protocol",
+    "scheduler",
+    "section",
+    "model",
+    "dataset",
+    "device",
+    "fading",
+    "partition",
+)
+SETTINGS_KINDS = ("algorithm", "protocol", "scheduler", "section")
+TABLES = {"algorithm": "algorithm", "protocol": "protocol", "scheduler": "scheduling"}
+"""The scenario table a chosen-by-name kind's keys live under."""
 """Kinds whose entries are pydantic settings tables; the others are registered names."""
 RELATED_KEYS = {
     "model": ("model", ("name", "assign", "choices")),
@@ -138,6 +150,12 @@ def settings_of(kind: str, name: str) -> tuple[type[BaseModel], str]:
         if name not in PROTOCOLS:
             raise ConfigError("protocol", _unknown(name, PROTOCOLS.names()))
         return protocol_settings(name), PROTOCOLS.describe()[name]
+    if kind == "scheduler":
+        from mecsim.policies.scheduling import SCHEDULERS
+
+        if name not in SCHEDULERS:
+            raise ConfigError("scheduling.policy", _unknown(name, SCHEDULERS.names()))
+        return SCHEDULERS.get(name).Settings, SCHEDULERS.describe()[name]
     sections = section_models()
     if name not in sections:
         raise ConfigError("section", _unknown(name, list(sections)))
@@ -163,6 +181,7 @@ def registry_of(kind: str):
         "device": ("mecsim.learning.devices", "DEVICES"),
         "fading": ("mecsim.channels", "FADING"),
         "protocol": ("mecsim.protocols", "PROTOCOLS"),
+        "scheduler": ("mecsim.policies.scheduling", "SCHEDULERS"),
     }[singular]
     return getattr(importlib.import_module(module), attribute)
 
@@ -223,8 +242,8 @@ def render(kind: str, name: str) -> str:
     if kind not in SETTINGS_KINDS:
         return render_name(kind, name)
     model, description = settings_of(kind, name)
-    table = name if kind == "section" else kind
-    rows = settings_rows(model, skip=("name", "kind") if kind != "section" else ())
+    table = name if kind == "section" else TABLES[kind]
+    rows = settings_rows(model, skip=("name", "kind", "policy") if kind != "section" else ())
     header = {"key": "key", "type": "type", "default": "default", "range": "range"}
     widths = {c: max(len(header[c]), *(len(r[c]) for r in rows)) for c in header}
     lines = [
@@ -245,6 +264,7 @@ def reference_markdown() -> str:
     """Every setting of every algorithm, protocol and scenario section, as Markdown
     (``docs/reference.md``; regenerate with ``python -m mecsim.commands.describe > docs/reference.md``)."""
     from mecsim.algorithms import ALGORITHMS
+    from mecsim.policies.scheduling import SCHEDULERS
     from mecsim.protocols import PROTOCOLS
 
     lines = [
@@ -257,10 +277,11 @@ def reference_markdown() -> str:
     entries = [("section", name) for name in section_models()]
     entries += [("algorithm", name) for name in ALGORITHMS.names()]
     entries += [("protocol", name) for name in PROTOCOLS.names()]
+    entries += [("scheduler", name) for name in SCHEDULERS.names()]
     for kind, name in entries:
         model, description = settings_of(kind, name)
-        table = name if kind == "section" else kind
-        skip = () if kind == "section" else ("name", "kind")
+        table = name if kind == "section" else TABLES[kind]
+        skip = () if kind == "section" else ("name", "kind", "policy")
         lines += [f"## {kind} `{name}`", "", description, "", f"Keys under `[{table}]`:", ""]
         lines += [
             "| key | type | default | range | description |",

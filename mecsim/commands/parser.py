@@ -4,10 +4,20 @@ from __future__ import annotations
 
 import argparse
 
-LISTABLE = ("algorithms", "models", "datasets", "partitions", "devices", "fading", "protocols")
+LISTABLE = (
+    "algorithms",
+    "models",
+    "datasets",
+    "partitions",
+    "devices",
+    "fading",
+    "protocols",
+    "schedulers",
+)
 DESCRIBABLE = (
     "algorithm",
     "protocol",
+    "scheduler",
     "section",
     "model",
     "dataset",
@@ -257,7 +267,10 @@ def _add_inspection(commands: argparse._SubParsersAction, plugins: argparse.Argu
         help="run the conformance suite on an algorithm (a plug-in's too): bytes, FLOPs, "
         "serial = batched, cost-only",
     )
-    check.add_argument("algorithm", help="a registered algorithm (mecsim list algorithms)")
+    check.add_argument(
+        "algorithm",
+        help="a registered algorithm or scheduling policy (mecsim list algorithms / schedulers)",
+    )
 
     describe = commands.add_parser(
         "describe",

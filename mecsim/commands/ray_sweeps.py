@@ -33,7 +33,7 @@ from typing import Any
 
 from mecsim.common.errors import ConfigError, MecsimError
 from mecsim.common.file_keys import absolute_file_paths
-from mecsim.executors.ray_backend import check_resources, connect, job_error
+from mecsim.executors.ray_backend import connect, job_error
 
 log = logging.getLogger(__name__)
 
@@ -136,8 +136,7 @@ def run_on_ray(
     first failing point cancels the rest and raises."""
     from mecsim.engine.checkpoint import checkpoint_path
 
-    ray = connect(cluster.address, "--ray", "--ray")
-    check_resources(ray, cluster.resources, "--ray-resources")
+    ray = connect(cluster.address, "--ray", "--ray", None, cluster.resources, "--ray-resources")
     task = ray.remote(run_point_task).options(**cluster.options())
     resume = options.pop("resume", False)
     refs = {}

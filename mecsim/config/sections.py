@@ -23,6 +23,7 @@ from mecsim.common.distributions import NameAttr, NumberAttr, Uniform, attribute
 from mecsim.common.section import Section
 from mecsim.engine.faults import FaultsConfig
 from mecsim.net.settings import MobilityConfig, NetworkConfig
+from mecsim.policies.scheduling import SchedulingSettings
 from mecsim.protocols.settings import ProtocolSettings
 
 
@@ -430,6 +431,7 @@ class Scenario(Section):
     model: ModelConfig = Field(default_factory=ModelConfig)
     algorithm: SerializeAsAny[AlgorithmSettings] = Field(default_factory=AlgorithmSettings)
     protocol: SerializeAsAny[ProtocolSettings] = Field(default_factory=ProtocolSettings)
+    scheduling: SerializeAsAny[SchedulingSettings] = Field(default_factory=SchedulingSettings)
     network: NetworkConfig = Field(default_factory=NetworkConfig)
     clients: ClientsConfig = Field(default_factory=ClientsConfig)
     server: ServerConfig = Field(default_factory=ServerConfig)

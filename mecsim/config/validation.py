@@ -10,13 +10,12 @@ nearest known key as a hint.
 from __future__ import annotations
 
 import copy
-import difflib
-from collections.abc import Callable, Sequence
+import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from pydantic import (
-    BaseModel,
     ValidationError,
 )
 
@@ -24,92 +23,19 @@ from mecsim.algorithms import ALGORITHMS
 from mecsim.algorithms.base import AlgorithmSettings
 from mecsim.channels import FADING
 from mecsim.common.distributions import Choice, Uniform, attribute_values
-from mecsim.common.errors import MecsimError
 from mecsim.common.section import Section
+from mecsim.config.problems import Problem, ScenarioError, problems_from
 from mecsim.config.sections import Scenario
 from mecsim.executors import EXECUTORS
 from mecsim.learning.data import DATASETS, PARTITIONS, dataset_shape
 from mecsim.learning.devices import DEVICES
 from mecsim.learning.models import MODELS
+from mecsim.policies.scheduling import SCHEDULERS, SchedulingSettings
 from mecsim.protocols import PROTOCOLS
 from mecsim.protocols.registry import protocol_settings
 from mecsim.protocols.settings import ProtocolSettings
 
-
-@dataclass(frozen=True)
-class Problem:
-    """One validation problem: dotted path of the key and what is wrong."""
-
-    path: str
-    message: str
-
-    def __str__(self) -> str:
-        return f"{self.path}: {self.message}"
-
-
-class ScenarioError(MecsimError):
-    """A scenario has one or more problems."""
-
-    def __init__(self, problems: list[Problem]) -> None:
-        self.problems = problems
-        lines = "\n".join(f"  {p}" for p in problems)
-        super().__init__(f"invalid scenario ({len(problems)} problem(s)):\n{lines}")
-
-
-def known_keys(model: type[BaseModel], parents: Sequence[str]) -> list[str]:
-    """The keys of the table at ``parents`` inside ``model`` (empty if not a table)."""
-    for part in parents:
-        field = model.model_fields.get(part)
-        annotation = field.annotation if field is not None else None
-        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
-            return []
-        model = annotation
-    return list(model.model_fields)
-
-
-def unknown_key_message(key: str, known: Sequence[str]) -> str:
-    """'unknown key' with the closest known key, or the known keys when none is close."""
-    close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
-    if close:
-        return f"unknown key; did you mean {close[0]!r}?"
-    if known:
-        return f"unknown key; known keys here: {', '.join(known)}"
-    return "unknown key; remove it or check its spelling"
-
-
-def _problems_from(
-    error: ValidationError, prefix: str = "", model: type[BaseModel] | None = None
-) -> list[Problem]:
-    problems = []
-    for item in error.errors():
-        # Drop pydantic's union-branch tags (e.g. 'float', 'uniform') from the path.
-        loc = [str(p) for p in item["loc"] if not _is_union_tag(p)]
-        path = ".".join(([prefix] if prefix else []) + loc) or "(top level)"
-        message = item["msg"].removeprefix("Value error, ")
-        if item["type"] == "extra_forbidden":
-            known = known_keys(model, loc[:-1]) if model is not None and loc else []
-            message = unknown_key_message(loc[-1] if loc else "", known)
-        elif item["type"] == "literal_error":
-            message = f"{message} (got {item['input']!r})"
-        problems.append(Problem(path, message))
-    return problems
-
-
-_UNION_TAGS = {
-    "constant",
-    "distribution",
-    "uniform",
-    "normal",
-    "lognormal",
-    "choice",
-    "float",
-    "str",
-}
-
-
-def _is_union_tag(part: Any) -> bool:
-    """Pydantic adds union-branch names to error paths; they are not scenario keys."""
-    return isinstance(part, str) and (part in _UNION_TAGS or part.startswith("function-"))
+__all__ = ["Problem", "ScenarioError", "validate_scenario"]
 
 
 def _check_names(scenario: Scenario) -> list[Problem]:
@@ -137,7 +63,7 @@ def _check_names(scenario: Scenario) -> list[Problem]:
         if model not in MODELS:
             allowed = ", ".join(MODELS.names())
             problems.append(Problem("model.name", f"unknown model {model!r}; allowed: {allowed}"))
-    problems += _check_algorithm(scenario)
+    problems += _check_algorithm(scenario) + _check_scheduling(scenario)
     for device in attribute_values(scenario.clients.device) or []:
         if device not in DEVICES:
             allowed = ", ".join(DEVICES.names())
@@ -264,6 +190,21 @@ def _check_cells(scenario: Scenario) -> list[Problem]:
     return problems
 
 
+def _check_scheduling(scenario: Scenario) -> list[Problem]:
+    """A policy that ranks by what training reports cannot choose in a cost-only run."""
+    policy = scenario.scheduling.policy
+    if scenario.execution.cost_only and SCHEDULERS.get(policy).uses_training:
+        return [
+            Problem(
+                "scheduling.policy",
+                f"{policy!r} ranks clients by what training reports (loss, update norm) and "
+                "a cost-only run trains nothing: choose another policy or set "
+                "execution.cost_only = false",
+            )
+        ]
+    return []
+
+
 def _check_algorithm(scenario: Scenario) -> list[Problem]:
     """What the algorithm supports: protocols, mixed architectures, public data."""
     if scenario.algorithm.name not in ALGORITHMS:
@@ -386,100 +327,131 @@ def _check_positive(scenario: Scenario) -> list[Problem]:
     return problems
 
 
+@dataclass(frozen=True)
+class Chosen:
+    """A section whose settings class depends on a name in it (``algorithm.name``)."""
+
+    section: str
+    key: str
+    registry: Any
+    settings_of: Callable[[str], type[Section]]
+    default: str
+
+
+def _chosen_sections() -> list[Chosen]:
+    return [
+        Chosen("algorithm", "name", ALGORITHMS, _algorithm_settings, AlgorithmSettings().name),
+        Chosen("protocol", "kind", PROTOCOLS, protocol_settings, ProtocolSettings().kind),
+        Chosen(
+            "scheduling", "policy", SCHEDULERS, _scheduler_settings, SchedulingSettings().policy
+        ),
+    ]
+
+
 def _validate_section(
-    data: dict[str, Any], section: str, name: str, settings_class: type[Section]
+    data: dict[str, Any], chosen: Chosen, name: str
 ) -> tuple[Section | None, list[Problem]]:
-    key = "kind" if section == "protocol" else "name"
+    settings_class = chosen.settings_of(name)
     try:
-        return settings_class.model_validate({**data, key: name}), []
+        return settings_class.model_validate({**data, chosen.key: name}), []
     except ValidationError as error:
-        return None, _problems_from(error, section, settings_class)
+        return None, problems_from(error, chosen.section, settings_class)
 
 
-def _foreign_keys(
-    data: dict[str, Any],
-    section: str,
-    name: str,
-    settings_of: Callable[[str], type[BaseModel]],
-    names: Callable[[], list[str]],
-) -> list[Problem]:
-    """Keys under ``[section]`` that belong to another algorithm or protocol, named as such
-    (``settings_of``: a name's settings class; the others are looked at only for a key
-    that is not ``name``'s own, so a valid scenario imports no other algorithm)."""
-    chooser = "kind" if section == "protocol" else "name"
-    own = settings_of(name).model_fields
+def _foreign_keys(data: dict[str, Any], chosen: Chosen, name: str) -> list[Problem]:
+    """Keys under the section that belong to another algorithm, protocol or policy,
+    named as such (the others are looked at only for a key that is not ``name``'s own,
+    so a valid scenario imports no other algorithm)."""
+    own = chosen.settings_of(name).model_fields
     problems = []
     for key in data:
         if key in own:
             continue
-        owners = [n for n in names() if key in settings_of(n).model_fields]
+        names = chosen.registry.names()
+        owners = [n for n in names if key in chosen.settings_of(n).model_fields]
         if owners:
             listed = " / ".join(map(repr, owners[:4])) + (" / ..." if len(owners) > 4 else "")
+            section = chosen.section
             problems.append(
                 Problem(
                     f"{section}.{key}",
                     f"is a setting of {section} {listed}, not {name!r}; remove it or change "
-                    f"{section}.{chooser} (`mecsim describe {section} NAME` lists its keys)",
+                    f"{section}.{chosen.key} (`mecsim describe {section} NAME` lists its keys)",
                 )
             )
     return problems
 
 
-def _algorithm_settings(name: str) -> type[BaseModel]:
+def _algorithm_settings(name: str) -> type[Section]:
     return ALGORITHMS.get(name).Settings
+
+
+def _scheduler_settings(name: str) -> type[Section]:
+    return SCHEDULERS.get(name).Settings
+
+
+def _validate_chosen(table: dict[str, Any], chosen: Chosen) -> tuple[Section | None, list[Problem]]:
+    """One chosen-by-name section: its name known, no other name's keys, its own valid."""
+    name = table.get(chosen.key, chosen.default)
+    if name not in chosen.registry:
+        allowed = ", ".join(chosen.registry.names())
+        path = f"{chosen.section}.{chosen.key}"
+        return None, [Problem(path, f"unknown {chosen.registry.kind} {name!r}; allowed: {allowed}")]
+    foreign = _foreign_keys(table, chosen, name)
+    paths = {p.path for p in foreign}
+    own = {k: v for k, v in table.items() if f"{chosen.section}.{k}" not in paths}
+    settings, found = _validate_section(own, chosen, name)
+    return (None if foreign else settings), foreign + found
+
+
+def _selection_alias(tables: dict[str, dict[str, Any]]) -> list[Problem]:
+    """``protocol.selection`` (0.1) is ``scheduling.policy``: moved there, with a warning."""
+    if "selection" not in tables["protocol"]:
+        return []
+    old = tables["protocol"].pop("selection")
+    policy = tables["scheduling"].setdefault("policy", old)
+    if policy != old and old != "uniform":
+        return [
+            Problem(
+                "protocol.selection",
+                f"{old!r} conflicts with scheduling.policy = {policy!r}; remove "
+                "protocol.selection (scheduling.policy replaces it)",
+            )
+        ]
+    if old != "uniform":
+        warnings.warn(
+            f"protocol.selection is deprecated: write scheduling.policy = {old!r}",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+    return []
 
 
 def validate_scenario(data: dict[str, Any]) -> tuple[Scenario | None, list[Problem]]:
     """Validate a scenario mapping; return (scenario or None, every problem found).
 
-    The ``[algorithm]`` and ``[protocol]`` tables are validated by the
-    settings class of the chosen algorithm and protocol.
+    The ``[algorithm]``, ``[protocol]`` and ``[scheduling]`` tables are validated by
+    the settings class of the chosen algorithm, protocol and policy.
     """
     data = copy.deepcopy(data)
-    tables = {key: data.pop(key, {}) for key in ("algorithm", "protocol")}
+    chosen = _chosen_sections()
+    tables = {c.section: data.pop(c.section, {}) for c in chosen}
     for key, table in tables.items():
         if not isinstance(table, dict):
             return None, [Problem(key, "must be a table")]
-    problems: list[Problem] = []
+    problems = _selection_alias(tables)
     scenario = None
     try:
         scenario = Scenario.model_validate(data)
     except ValidationError as error:
-        problems += _problems_from(error, model=Scenario)
-    algorithm = protocol = None
-    name = tables["algorithm"].get("name", AlgorithmSettings().name)
-    if name not in ALGORITHMS:
-        allowed = ", ".join(ALGORITHMS.names())
-        problems.append(
-            Problem("algorithm.name", f"unknown algorithm {name!r}; allowed: {allowed}")
-        )
-    else:
-        foreign = _foreign_keys(
-            tables["algorithm"], "algorithm", name, _algorithm_settings, ALGORITHMS.names
-        )
-        paths = {p.path for p in foreign}
-        own = {k: v for k, v in tables["algorithm"].items() if f"algorithm.{k}" not in paths}
-        algorithm, found = _validate_section(own, "algorithm", name, _algorithm_settings(name))
-        problems += foreign + found
-        if foreign:
-            algorithm = None
-    kind = tables["protocol"].get("kind", ProtocolSettings().kind)
-    if kind not in PROTOCOLS:
-        allowed = ", ".join(PROTOCOLS.names())
-        problems.append(Problem("protocol.kind", f"unknown protocol {kind!r}; allowed: {allowed}"))
-    else:
-        foreign = _foreign_keys(
-            tables["protocol"], "protocol", kind, protocol_settings, PROTOCOLS.names
-        )
-        problems += foreign
-        if not foreign:
-            protocol, found = _validate_section(
-                tables["protocol"], "protocol", kind, protocol_settings(kind)
-            )
-            problems += found
+        problems += problems_from(error, model=Scenario)
+    sections = {}
+    for c in chosen:
+        sections[c.section], found = _validate_chosen(tables[c.section], c)
+        problems += found
     if problems or scenario is None:
         return None, problems
-    scenario.algorithm = algorithm  # type: ignore[assignment]
-    scenario.protocol = protocol  # type: ignore[assignment]
+    for section, settings in sections.items():
+        setattr(scenario, section, settings)
     problems = _check_names(scenario)
     return (None if problems else scenario), problems

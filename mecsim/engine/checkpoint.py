@@ -62,7 +62,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-FORMAT = 3
+FORMAT = 4
 MAGIC = b"mecsim-checkpoint\n"
 SAFE_CLASSES = (collections.OrderedDict, Evaluation, JobResult, ModelState)
 """Every class a checkpoint's payload may build (besides tensors and built-in containers)."""
@@ -139,21 +139,22 @@ def swap_in(fake: Any, real: Any) -> None:
 
 
 class ReplayingExecutor:
-    """Runs jobs on the real executor and logs their FLOPs and steps per call.
+    """Runs jobs on the real executor and logs their FLOPs, steps and reports per call.
 
     While replaying a checkpoint's past (:meth:`replay`), jobs run on the
-    cost-only executor instead, given the logged FLOPs and steps. A
+    cost-only executor instead, given the logged FLOPs, steps and reports (the
+    losses and update norms a scheduler ranked by). A
     cost-only run needs no log (its executor is already the cost-only one).
     """
 
     def __init__(self, real: Executor, record: bool = True) -> None:
         self.real = real
         self.record = record
-        self.log: list[list[tuple[dict, dict]]] = []
+        self.log: list[list[tuple[dict, dict, dict]]] = []
         self.dry: Executor | None = None
         self.calls = 0
 
-    def replay(self, log_: list[list[tuple[dict, dict]]], dry: Executor) -> None:
+    def replay(self, log_: list[list[tuple[dict, dict, dict]]], dry: Executor) -> None:
         """Replay the calls of ``log_`` on ``dry`` before running real jobs again."""
         self.log = list(log_)
         self.dry = dry if self.record else None
@@ -169,12 +170,15 @@ class ReplayingExecutor:
             logged = self.log[self.calls]
             if len(logged) != len(results):
                 raise CheckpointMismatch("executor call sizes")
-            for result, (flops, steps) in zip(results, logged, strict=True):
+            for result, (flops, steps, reports) in zip(results, logged, strict=True):
                 result.task_flops, result.task_steps = dict(flops), dict(steps)
+                result.reports = dict(reports)
         else:
             results = self.real.run(jobs)
-            if self.record:
-                self.log.append([(dict(r.task_flops), dict(r.task_steps)) for r in results])
+            if self.record:  # the reports are filled in once the simulation has them
+                self.log.append(
+                    [(dict(r.task_flops), dict(r.task_steps), r.reports) for r in results]
+                )
         self.calls += 1
         return results
 

@@ -66,6 +66,10 @@ class Recorder:
         ``cell`` column (the client's cell; a cell's radio for its sends; -1 for the
         server's other rows)."""
         self._cells: list[int] = []
+        self.history: Any = None
+        """A scheduler's :class:`~mecsim.policies.history.ClientHistory`, told of every
+        client row (its energy, its SINR), if the policy keeps one."""
+        self._decisions: list[tuple[int, float, list[int], list[float]]] = []
 
     def __len__(self) -> int:
         """Event rows recorded so far."""
@@ -94,6 +98,8 @@ class Recorder:
         ``t_end - t_start``; ``cell`` for a cell's radio's sends)."""
         if job is None:
             job = -1 if client == SERVER else round_
+        if self.history is not None and client >= 0:
+            self.history.row(client, energy_j, direction, snr_db)
         if self.cells is not None:
             self._cells.append(cell if client == SERVER and cell is not None else
                                -1 if client == SERVER else self.cells[client])  # fmt: skip
@@ -129,6 +135,27 @@ class Recorder:
             self._segments.append({name: columns[name] for name in EVENT_COLUMNS})
             self._count += n
             self._frame = None
+
+    def decide(self, round_: int, t: float, clients: list[int], scores: list[float]) -> None:
+        """Record a scheduling decision: the clients chosen at ``t`` and each one's score."""
+        self._decisions.append((round_, t, clients, scores))
+
+    def decisions(self, policy: str) -> pd.DataFrame:
+        """The decisions table: one row per client chosen (round, t, client, policy, score)."""
+        import pandas as pd
+
+        sizes = [len(d[2]) for d in self._decisions]
+        return pd.DataFrame(
+            {
+                "round": np.repeat([d[0] for d in self._decisions], sizes).astype(np.int64),
+                "t": np.repeat([d[1] for d in self._decisions], sizes).astype(float),
+                "client": np.fromiter(
+                    (c for d in self._decisions for c in d[2]), np.int64, sum(sizes)
+                ),
+                "policy": pd.Series([policy] * sum(sizes), dtype=object),
+                "score": np.fromiter((v for d in self._decisions for v in d[3]), float, sum(sizes)),
+            }
+        )
 
     def round(self, **row: Any) -> None:
         """Record one round's summary row."""

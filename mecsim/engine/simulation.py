@@ -30,7 +30,6 @@ from mecsim.algorithms.base import (
     Task,
 )
 from mecsim.common.errors import ConfigError
-from mecsim.common.rng import numpy_rng
 from mecsim.engine.checkpoint import Ledger
 from mecsim.engine.compute import Computing
 from mecsim.engine.evaluation import Evaluation, Evaluator
@@ -38,12 +37,15 @@ from mecsim.engine.faults import Faults
 from mecsim.engine.newcomers import welcome
 from mecsim.engine.process import Process
 from mecsim.engine.recorder import Recorder
+from mecsim.engine.scheduling import Scheduling
 from mecsim.engine.server import ServerWork
 from mecsim.engine.transfers import Transfers
 from mecsim.executors import ClientJob, Executor, JobResult, TrainingContext
 from mecsim.learning.devices import DeviceProfile
 from mecsim.learning.state import ModelState, Payload, state_nbytes
 from mecsim.net.network import ClientProfile, Network
+from mecsim.policies.scheduling import SchedulingPolicy, SchedulingSettings
+from mecsim.policies.scheduling.uniform import Uniform
 
 if TYPE_CHECKING:
     from mecsim.engine.checkpoint import Checkpointer
@@ -53,7 +55,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-class Simulation(Transfers, Computing, ServerWork):
+class Simulation(Transfers, Computing, ServerWork, Scheduling):
     """Owns the clock, the algorithm's state, and the record of what happened."""
 
     def __init__(
@@ -77,6 +79,7 @@ class Simulation(Transfers, Computing, ServerWork):
         new_clients: int = 0,
         new_client_adaptation: str = "algorithm",
         new_client_epochs: int = 1,
+        scheduler: SchedulingPolicy | None = None,
     ) -> None:
         self.env = simpy.Environment()
         network.bind(self.env)
@@ -134,6 +137,7 @@ class Simulation(Transfers, Computing, ServerWork):
         self._in_progress: dict[int, Callable[[], None]] = {}
         """Activities under way, each with what records it if the run ends first."""
         self._activities = 0
+        self.start_scheduling(scheduler or Uniform(SchedulingSettings()))
 
     @property
     def server_state(self) -> ServerState:
@@ -160,28 +164,6 @@ class Simulation(Transfers, Computing, ServerWork):
     def clients_per_round(self) -> int:
         """k: ``protocol.clients_per_round``, or the participation fraction of all clients."""
         return self.protocol.round_size(len(self.trainers))
-
-    def select(
-        self, round_: int, candidates: Sequence[int] | None = None, k: int | None = None
-    ) -> list[int]:
-        """``k`` clients (default: clients per round) for ``round_``, sorted, from the selection stream.
-
-        ``candidates`` restricts the choice (e.g. to idle clients); offline
-        clients (``faults.availability``) and new clients (:attr:`trainers`) are never chosen.
-        """
-        pool = list(self.trainers) if candidates is None else sorted(candidates)
-        pool = [c for c in pool if c in self.trainers]
-        if self.faults is not None:
-            pool = [c for c in pool if self.faults.online(c, self.env.now)]
-        k = self.clients_per_round if k is None else k
-        if k >= len(pool):
-            return pool
-        rng = numpy_rng(self.seed, "selection", round_)
-        p = None
-        if self.protocol.selection == "data_size":
-            sizes = np.asarray([self.num_samples[c] for c in pool], dtype=float)
-            p = sizes / sizes.sum()
-        return sorted(pool[int(i)] for i in rng.choice(len(pool), size=k, replace=False, p=p))
 
     def wait_for_online(self, candidates: Sequence[int] | None = None) -> Process:
         """Wait until one of ``candidates`` (default: every client) is online."""
@@ -258,6 +240,8 @@ class Simulation(Transfers, Computing, ServerWork):
         started = time.perf_counter()
         results = {r.client: self.ledger.add_result(r) for r in self.executor.run(jobs)}
         self._train_wall_s += time.perf_counter() - started
+        for client, result in results.items():
+            self.job_begun(client, payloads[client], result)
         return results
 
     def tasks(self, round_: int) -> tuple[Task, ...]:

@@ -201,6 +201,7 @@ class Transfers:
             self._end(token)
             self._record_upload(round_, client, nbytes, asked, start, r, job)
             if not r.failed:
+                self.update_arrived(round_, client)
                 return True
         return False
 

@@ -76,6 +76,11 @@ class JobResult:
     upload: Payload | None
     task_flops: dict[str, int] = field(default_factory=dict)
     task_steps: dict[str, int] = field(default_factory=dict)
+    task_loss: dict[str, float] = field(default_factory=dict)
+    """Each trained task's mean training loss."""
+    reports: dict[str, float] = field(default_factory=dict)
+    """What the client reports with this job's update (its loss, its update's norm),
+    filled by the simulation when the job is run, logged for a resume's replay."""
 
 
 @dataclass
@@ -249,6 +254,7 @@ def run_tasks(
                 result = results[i]
                 result.task_flops[task.name] = outcome.flops
                 result.task_steps[task.name] = outcome.steps
+                result.task_loss[task.name] = outcome.loss
                 if task.uploads:
                     result.upload = algorithm.upload(states[i], contexts[i])
                     check_payload(algorithm, "upload", result.upload)

@@ -20,10 +20,12 @@ the serial trainer draws batches the same way (every batch has exactly
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Sequence
 
 import torch
+from torch import Tensor
 from torch.func import vmap
 
 from mecsim.executors.base import (
@@ -89,6 +91,7 @@ def train_batched(
         return value, buffers
 
     losses = vmap(step_loss)
+    loss_sums: Tensor | None = None  # each client's summed step losses, in stack order
     momentum: TensorDict = {}
     finished: list[ModelState] = []  # in stack order, filled from the end
     active = len(rank)
@@ -108,6 +111,9 @@ def train_batched(
         batch = gather(template, {name: b[t, :active] for name, b in batches.items()})
         leaves = {n: v.detach().requires_grad_(True) for n, v in learn.items()}
         values, new_buffers = losses(leaves, frozen, buffers, batch, constants)
+        if loss_sums is None:  # on the losses' device: no sync per step
+            loss_sums = values.new_zeros(len(rank))
+        loss_sums[:active] += values.detach()
         # clients are independent: the gradient of the sum is each client's own gradient
         grads = dict(
             zip(names, torch.autograd.grad(values.sum(), list(leaves.values())), strict=True)
@@ -122,8 +128,15 @@ def train_batched(
         finished.append(_state_at(position, learn, frozen, buffers, params))
     finished.reverse()
     results: list[TrainResult | None] = [None] * len(rank)
+    summed = [0.0] * len(rank) if loss_sums is None else loss_sums.tolist()
+    mean_loss = [total / max(n, 1) for total, n in zip(summed, steps, strict=True)]
     for position, client in enumerate(rank):
-        results[client] = TrainResult(finished[position], steps[position], steps[position] * size)
+        results[client] = TrainResult(
+            finished[position],
+            steps[position],
+            steps[position] * size,
+            loss=mean_loss[position] if steps[position] else math.nan,
+        )
     return results  # type: ignore[return-value]
 
 

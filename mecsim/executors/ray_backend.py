@@ -151,36 +151,51 @@ def _handshake(sock: Any) -> bytes:
     return answer
 
 
-def connect(address: str | None, field: str, requirer: str, num_cpus: int | None = None) -> Any:
+def connect(
+    address: str | None,
+    field: str,
+    requirer: str,
+    num_cpus: int | None = None,
+    resources: dict[str, float] | None = None,
+    resources_field: str = "",
+) -> Any:
     """The ``ray`` module, connected to the cluster at ``address`` (None: ``RAY_ADDRESS``, a
     cluster on this machine, else a new local instance of ``num_cpus`` CPUs); an existing
     connection is kept. A missing Ray is one line naming ``requirer`` (the setting that
     asked for Ray), a cluster that does not answer one line naming ``field`` (or
-    ``RAY_ADDRESS``, where that named it)."""
+    ``RAY_ADDRESS``, where that named it), ``resources`` a task needs that the cluster
+    lacks one line naming ``resources_field`` (a connection made here is then closed)."""
     try:
         import ray
     except ImportError:
         raise ConfigError(
             requirer, "needs Ray: pip install 'mecsim[ray]' (or pip install ray)"
         ) from None
-    if not ray.is_initialized():
-        if address is None and os.environ.get("RAY_ADDRESS"):
-            check_address(os.environ["RAY_ADDRESS"], "RAY_ADDRESS")
-        check_address(address, field)
-        try:
-            ray.init(
-                address=address,
-                num_cpus=num_cpus if address is None else None,
-                include_dashboard=False,
-                log_to_driver=False,
-                configure_logging=False,
-            )
-        except ConnectionError as error:
-            raise ConfigError(
-                field,
-                f"no Ray cluster at {address!r} ({error}); start one with `ray start --head` "
-                "or give its address",
-            ) from None
+    if ray.is_initialized():
+        check_resources(ray, resources or {}, resources_field)
+        return ray
+    if address is None and os.environ.get("RAY_ADDRESS"):
+        check_address(os.environ["RAY_ADDRESS"], "RAY_ADDRESS")
+    check_address(address, field)
+    try:
+        ray.init(
+            address=address,
+            num_cpus=num_cpus if address is None else None,
+            include_dashboard=False,
+            log_to_driver=False,
+            configure_logging=False,
+        )
+    except ConnectionError as error:
+        raise ConfigError(
+            field,
+            f"no Ray cluster at {address!r} ({error}); start one with `ray start --head` "
+            "or give its address",
+        ) from None
+    try:
+        check_resources(ray, resources or {}, resources_field)
+    except ConfigError:
+        ray.shutdown()
+        raise
     return ray
 
 
@@ -225,8 +240,14 @@ class RayExecutor:
         max_clients: int | None = None,
         max_retries: int = MAX_RETRIES,
     ) -> None:
-        ray = self.ray = connect(address, "execution.ray_address", "execution.executor", num_cpus)
-        check_resources(ray, {"num_gpus": gpus_per_task}, "execution.ray_gpus_per_task")
+        ray = self.ray = connect(
+            address,
+            "execution.ray_address",
+            "execution.executor",
+            num_cpus,
+            {"num_gpus": gpus_per_task},
+            "execution.ray_gpus_per_task",
+        )
         count = tasks or max(1, int(ray.available_resources().get("CPU", 1)))
         self.device = ctx.device
         self.max_retries = max_retries

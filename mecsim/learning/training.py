@@ -101,6 +101,8 @@ class TrainResult:
     samples: int
     flops: int = 0
     outputs: TensorDict = field(default_factory=dict)
+    loss: float = math.nan
+    """The mean of its steps' training losses (NaN: no step, or nothing trained)."""
 
 
 class ModelFunction:
@@ -301,11 +303,13 @@ def train(
     momentum: TensorDict = {}
     orders = step_batches(splits, steps)
     function.model.train()
+    total: Tensor | float = 0.0  # on the loss's device: no sync per step
     for t in range(steps):
         batch = gather(splits, {name: order[t] for name, order in orders.items()})
         leaves = {k: params[k].detach().requires_grad_(True) for k in names}
         current = {**params, **leaves}
         value = loss(function.bind(current, buffers), current, batch, consts)
+        total = total + value.detach()
         grads = dict(
             zip(names, torch.autograd.grad(value, [leaves[k] for k in names]), strict=True)
         )
@@ -315,7 +319,8 @@ def train(
             momentum = sgd_update_(params, grads, momentum, schedule)
             correct_(trained, consts, schedule)
     size = min(primary.batch_size, len(primary.indices))
-    return TrainResult(ModelState(params, buffers), steps, steps * size)
+    mean = float(total) / steps if steps else math.nan
+    return TrainResult(ModelState(params, buffers), steps, steps * size, loss=mean)
 
 
 @torch.no_grad()

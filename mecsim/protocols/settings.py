@@ -6,15 +6,14 @@ A key of another protocol is an error that names the protocol it belongs to
 
 from __future__ import annotations
 
-from typing import Literal
-
 from pydantic import Field
 
 from mecsim.common.section import Section
 
 
 class ProtocolSettings(Section):
-    """Rounds, participation, selection and evaluation cadence (every protocol)."""
+    """Rounds, participation and evaluation cadence (every protocol); which clients a
+    round takes is ``[scheduling]``'s."""
 
     kind: str = Field(
         default="compute_and_wait", description="the protocol (mecsim list protocols)"
@@ -27,9 +26,6 @@ class ProtocolSettings(Section):
     )
     clients_per_round: int | None = Field(
         default=None, ge=1, description="a count; overrides participation"
-    )
-    selection: Literal["uniform", "data_size"] = Field(
-        default="uniform", description="how clients are sampled: uniformly or by data size"
     )
     eval_every: int = Field(default=1, ge=1, description="evaluate every this many rounds")
 

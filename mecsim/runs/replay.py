@@ -69,16 +69,21 @@ def replay_checks(run_dir: str | Path, replay: Replay = "auto") -> list[Check]:
     scenario = Path(run_dir) / "scenario.resolved.toml"
     if not scenario.is_file():
         return [NoReplay(f"{scenario} is missing: nothing to replay").check()]
-    replayed = replay_run(scenario, run.settings.get("algorithm.name"), replay)
+    replayed = replay_run(scenario, run.settings, replay)
     clients = pd.read_parquet(Path(run_dir) / "clients.parquet")
-    return compare_run(run.events, run.rounds, clients, run.summary, replayed)
+    decisions = Path(run_dir) / "decisions.parquet"
+    chosen = pd.read_parquet(decisions) if decisions.is_file() else None
+    return compare_run(run.events, run.rounds, clients, run.summary, replayed, chosen)
 
 
 def check_replay(result: Any, replay: Replay = "auto") -> list[Check]:
     """:func:`replay_checks` for a :class:`~mecsim.runs.tables.RunResult` in memory."""
+    from mecsim.analysis.compare import flatten
+
     scenario = result.scenario.model_dump(mode="json")
-    replayed = replay_run(scenario, scenario["algorithm"]["name"], replay)
-    return compare_run(result.events, result.rounds, result.clients, result.summary, replayed)
+    replayed = replay_run(scenario, flatten(scenario), replay)
+    tables = (result.events, result.rounds, result.clients)
+    return compare_run(*tables, result.summary, replayed, result.decisions)
 
 
 def compare_run(
@@ -87,32 +92,35 @@ def compare_run(
     clients: pd.DataFrame,
     summary: dict[str, Any],
     replayed: Any,
+    decisions: pd.DataFrame | None = None,
 ) -> list[Check]:
-    """A run's tables and summary against a replay (or the reason there is none)."""
+    """A run's tables and summary against a replay (or the reason there is none);
+    its scheduling decisions too, where it wrote them."""
     if isinstance(replayed, NoReplay):
         return [replayed.check()]
-    return [
+    checks = [
         compare_frames("replay events", events, replayed.events),
         compare_frames("replay rounds", rounds, replayed.rounds),
         compare_frames("replay clients", clients, replayed.clients),
         compare_summary(summary, replayed.summary),
     ]
+    if decisions is not None and replayed.decisions is not None:
+        checks.append(compare_frames("replay decisions", decisions, replayed.decisions))
+    return checks
 
 
-def replay_run(scenario: Path | dict[str, Any], algorithm: Any, replay: Replay = "auto") -> Any:
-    """A run of ``scenario`` (a RunResult), cost-only under ``auto``, or a :class:`NoReplay`."""
-    from mecsim.algorithms.registry import ALGORITHMS
+def replay_run(
+    scenario: Path | dict[str, Any], settings: dict[str, Any], replay: Replay = "auto"
+) -> Any:
+    """A run of ``scenario`` (a RunResult; ``settings``: its flattened keys), cost-only
+    under ``auto``, or a :class:`NoReplay`."""
     from mecsim.runs.runner import run
 
     overrides = ["output.progress=false"]
     if replay == "auto":
-        if not isinstance(algorithm, str) or algorithm not in ALGORITHMS:
-            return NoReplay(f"algorithm {algorithm!r} is not registered here (pass its --import)")
-        why = ALGORITHMS.get(algorithm).payload_from_training
+        why = _needs_training(settings)
         if why:
-            return NoReplay(
-                f"{algorithm}'s payload depends on training ({why}); --replay full trains"
-            )
+            return NoReplay(why)
         overrides.append("execution.cost_only=true")
     try:
         with warnings.catch_warnings():  # the run warned when it ran
@@ -120,6 +128,25 @@ def replay_run(scenario: Path | dict[str, Any], algorithm: Any, replay: Replay =
             return run(scenario, overrides, write=False, progress=False)
     except MecsimError as error:
         return NoReplay(f"its scenario does not run again: {str(error).splitlines()[0]}", True)
+
+
+def _needs_training(settings: dict[str, Any]) -> str:
+    """Why a cost-only replay cannot reproduce the run ('' if it can)."""
+    from mecsim.algorithms.registry import ALGORITHMS
+    from mecsim.policies.scheduling import SCHEDULERS
+
+    algorithm = settings.get("algorithm.name")
+    if not isinstance(algorithm, str) or algorithm not in ALGORITHMS:
+        return f"algorithm {algorithm!r} is not registered here (pass its --import)"
+    why = ALGORITHMS.get(algorithm).payload_from_training
+    if why:
+        return f"{algorithm}'s payload depends on training ({why}); --replay full trains"
+    policy = settings.get("scheduling.policy", "uniform")
+    if not isinstance(policy, str) or policy not in SCHEDULERS:
+        return f"scheduling policy {policy!r} is not registered here (pass its --import)"
+    if SCHEDULERS.get(policy).uses_training:
+        return f"scheduling policy {policy} ranks by training's reports; --replay full trains"
+    return ""
 
 
 def _relative_error(a: np.ndarray, b: np.ndarray) -> np.ndarray:

@@ -38,6 +38,7 @@ from mecsim.executors import Executor, TrainingContext, make_executor
 from mecsim.executors.calibration import Calibration, calibrate
 from mecsim.executors.cost_only import CostOnlyExecutor
 from mecsim.learning.devices import DEVICES
+from mecsim.policies.scheduling import SCHEDULERS
 from mecsim.protocols import PROTOCOLS
 from mecsim.runs.output import (
     atomic_directory,
@@ -299,6 +300,7 @@ def build_simulation(
         new_clients=evaluation.new_clients,
         new_client_adaptation=evaluation.new_client_adaptation,
         new_client_epochs=evaluation.new_client_epochs,
+        scheduler=SCHEDULERS.get(sc.scheduling.policy)(sc.scheduling),
     )
 
 
@@ -362,10 +364,12 @@ def write_run_directory(result: RunResult, run_dir: Path) -> None:
         write_file(
             tmp / "scenario.resolved.toml", lambda p: p.write_text(resolved_toml(result.scenario))
         )
-        for name in ("events", "rounds", "clients"):
-            table: pd.DataFrame = getattr(result, name)
+        for name in ("events", "rounds", "clients", "decisions"):
+            table: pd.DataFrame | None = getattr(result, name)
+            if table is None:
+                continue
             write_file(tmp / f"{name}.parquet", lambda p, t=table: t.to_parquet(p, index=False))
-            if name != "events" or result.scenario.output.events_csv:
+            if name not in ("events", "decisions") or result.scenario.output.events_csv:
                 write_file(tmp / f"{name}.csv", lambda p, t=table: t.to_csv(p, index=False))
         write_file(
             tmp / "summary.json",

@@ -38,6 +38,8 @@ class RunResult:
     run_dir: Path | None = None
     server_state: dict[str, Any] = field(default_factory=dict)
     client_states: list[dict[str, Any]] = field(default_factory=list)
+    decisions: pd.DataFrame | None = None
+    """The scheduling decisions: each client chosen, when, by which policy, its score."""
 
 
 def clients_frame(world: World, sim: Simulation, accuracies: list[float] | float) -> pd.DataFrame:
@@ -150,10 +152,19 @@ def tabulate(
         **newcomers,
         "device": setup.device.type,
         "protocol": sc.protocol.model_dump(mode="json"),
+        "scheduling": sc.scheduling.model_dump(mode="json", exclude_none=True),
         "network": sc.network.model_dump(mode="json", exclude_none=True),
     }
     return RunResult(
-        sc, events, rounds, clients_table, summary, run_dir, sim.server_state, sim.client_states
+        sc,
+        events,
+        rounds,
+        clients_table,
+        summary,
+        run_dir,
+        sim.server_state,
+        sim.client_states,
+        sim.recorder.decisions(sc.scheduling.policy),
     )
 
 

@@ -85,7 +85,7 @@ def written(request, tmp_path_factory) -> Written:
     out = tmp_path_factory.mktemp("run") / "run"
     mecsim.run(SCENARIOS / scenario, [*QUIET, *overrides], out=out)
     run = load_run(out)
-    replayed = replay_run(out / "scenario.resolved.toml", run.settings["algorithm.name"])
+    replayed = replay_run(out / "scenario.resolved.toml", run.settings)
     clients = pd.read_parquet(out / "clients.parquet")
     return Written(run.events, run.rounds, clients, run.summary, run.settings, replayed)
 
@@ -302,14 +302,14 @@ def test_check_run_replays_and_fails_on_an_edited_table(tmp_path, capsys):
     mecsim.run(SCENARIOS / scenario, [*QUIET, *overrides], out=out)
     assert main(["check-run", str(out)]) == 0
     printed = capsys.readouterr().out
-    assert "replay events   ok" in printed and "largest relative error" in printed
+    assert "replay events    ok" in printed and "largest relative error" in printed
     rounds = pd.read_parquet(out / "rounds.parquet")
     rounds["updates"] += 1  # no closed form gives a round's updates: only the replay
     rounds.to_parquet(out / "rounds.parquet")
     assert main(["check-run", str(out), "--replay", "off"]) == 0
     capsys.readouterr()
     assert main(["check-run", str(out)]) == 1
-    assert "replay rounds   FAIL" in capsys.readouterr().out
+    assert "replay rounds    FAIL" in capsys.readouterr().out
 
 
 PROTOCOL_SETTINGS = {

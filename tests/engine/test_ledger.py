@@ -265,7 +265,7 @@ def test_check_run_cli_passes_a_written_run_and_refuses_a_folder_that_is_not_one
     printed = capsys.readouterr().out
     assert "send energy" in printed and "FAIL" not in printed
     for name in ("send energy", "compute time", "promptness", "idle energy", "replay events"):
-        assert f"\n{name:<15} ok" in printed
+        assert f"\n{name:<16} ok" in printed
     assert main(["check-run", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "not a mecsim run directory" in err[0]

@@ -131,3 +131,6 @@ def test_a_sweep_asking_for_gpus_a_cluster_lacks_is_refused(scenario, tmp_path, 
     ]
     assert time.monotonic() - start < 60  # a local Ray starts, then the refusal
     assert not (out / "runs").exists()
+    import ray
+
+    assert not ray.is_initialized()  # the instance started for it is gone

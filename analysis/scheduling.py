@@ -1,0 +1,70 @@
+"""What a scheduling study compares, from the events table: how many clients a round
+took, how evenly the clients took part, how hard and how long they transmitted.
+
+* ``clients_per_round`` - the mean of the rounds' ``num_selected``;
+* ``participation_jain`` - Jain's fairness index ``(sum x)^2 / (n sum x^2)`` of ``x_i``,
+  the rounds client ``i`` took part in (received a model or sent an update), over the
+  ``n`` clients that train: 1 when all took part equally, ``1/n`` when one did all;
+* ``mean_tx_power_w`` - the clients' transmit energy over their air time;
+* ``energy_j_per_client`` - ``energy_j.total`` of ``summary.json`` (idle included)
+  over the ``n`` clients.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+SCHEDULING_COLUMNS = (
+    "clients_per_round",
+    "participation_jain",
+    "mean_tx_power_w",
+    "energy_j_per_client",
+)
+
+
+def jain_index(x: np.ndarray) -> float:
+    """Jain's fairness index of ``x`` (NaN for no entries or all zero)."""
+    square_sum = float(np.sum(np.square(x, dtype=float)))
+    return float(np.sum(x, dtype=float)) ** 2 / (len(x) * square_sum) if square_sum else math.nan
+
+
+def scheduling_measures(
+    events: pd.DataFrame, rounds: pd.DataFrame, summary: dict[str, Any], trainers: int
+) -> dict[str, float]:
+    """The module docstring's measures of one run (``trainers``: clients that train)."""
+    rows = events[(events["client"] >= 0) & (events["round"] >= 0)]
+    took_part = rows[rows["direction"] != "none"].drop_duplicates(["client", "job"])
+    x = took_part["client"].value_counts().reindex(range(trainers), fill_value=0).to_numpy()
+    sends = rows[(rows["direction"] == "up") & (rows["role"] == "sender")]
+    air_s = float(sends["duration_s"].sum())
+    energy = summary.get("energy_j", {})
+    total = energy.get("total", math.nan) if isinstance(energy, dict) else math.nan
+    return {
+        "clients_per_round": float(rounds["num_selected"].mean()) if len(rounds) else math.nan,
+        "participation_jain": jain_index(x) if trainers else math.nan,
+        "mean_tx_power_w": float(sends["energy_j"].sum()) / air_s if air_s > 0 else math.nan,
+        "energy_j_per_client": float(total) / trainers if trainers else math.nan,
+    }
+
+
+def render_scheduling(table: pd.DataFrame) -> list[str]:
+    """The comparison's scheduling section (Markdown lines)."""
+    lines = [
+        "",
+        "## Scheduling",
+        "",
+        "Clients a round took, Jain's index of how evenly clients took part (1: equally),",
+        "the clients' mean transmit power over their air time, and energy per client",
+        "(`summary.json`'s total, idle included).",
+        "",
+        "| run | clients/round | participation fairness | mean tx power W | J per client |",
+        "| --- | ---: | ---: | ---: | ---: |",
+    ]
+    for _, r in table.iterrows():
+        cells = [f"{r[c]:.3f}" if not math.isnan(r[c]) else "-" for c in SCHEDULING_COLUMNS]
+        lines.append(f"| {r['run']} | " + " | ".join(cells) + " |")
+    return lines

@@ -1,0 +1,11 @@
+"""The radio resource decisions a wireless-FL study varies: which clients a round takes
+(``scheduling``), each as a small registered policy chosen in the scenario and
+pluggable with ``--import``.
+
+Policies see only what a real server could know when it decides (:mod:`.history`):
+each client's last reported SINR, its device speed and data size, its last training
+loss and update norm, its energy spent and when it was last chosen; never the
+future of the fading process.
+
+May import :mod:`mecsim.common`; the clock and the protocols above call it.
+"""
