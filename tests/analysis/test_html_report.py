@@ -46,7 +46,7 @@ def runs(tiny_module, tmp_path_factory):
 def test_the_html_report_embeds_every_figure_and_links_nothing(runs, tmp_path):
     compare(runs, [0.5], tmp_path / "cmp")
     page = (tmp_path / "cmp" / "report.html").read_text()
-    assert page.count("<table>") == 3  # time to target, costs, accuracy and communication
+    assert page.count("<table>") == 4  # time to target, costs, accuracy and communication, scheduling
     assert page.count('src="data:image/png;base64,') == 2  # curves, gantt
     assert "http://" not in page and "https://" not in page and 'src="/' not in page
     report(runs, tmp_path / "rep")
@@ -74,7 +74,7 @@ def test_headless_chromium_shows_the_tables_and_the_plots(runs, tmp_path):
 
     compare(runs, [0.5], tmp_path / "cmp")
     dom, shot = _render(tmp_path / "cmp" / "report.html", tmp_path)
-    assert dom.count("<table>") == 3 and "ditto / wait_free/window" in dom
+    assert dom.count("<table>") == 4 and "ditto / wait_free/window" in dom
     pixels = matplotlib.image.imread(shot)[..., :3]
     assert pixels.shape[:2] == (2400, 1280)
     # the plots' own colours are on screen, so both embedded images were decoded: the
