@@ -46,7 +46,8 @@ def runs(tiny_module, tmp_path_factory):
 def test_the_html_report_embeds_every_figure_and_links_nothing(runs, tmp_path):
     compare(runs, [0.5], tmp_path / "cmp")
     page = (tmp_path / "cmp" / "report.html").read_text()
-    assert page.count("<table>") == 4  # time to target, costs, accuracy and communication, scheduling
+    # time to target, costs, accuracy and communication, scheduling
+    assert page.count("<table>") == 4
     assert page.count('src="data:image/png;base64,') == 2  # curves, gantt
     assert "http://" not in page and "https://" not in page and 'src="/' not in page
     report(runs, tmp_path / "rep")

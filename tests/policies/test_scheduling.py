@@ -47,9 +47,11 @@ def candidates(**columns) -> Candidates:
 
 def choose(policy: str, view: Candidates, k: int, seed: int = 0, **settings) -> list[int]:
     cls = SCHEDULERS.get(policy)
-    return cls(cls.Settings(policy=policy, **settings)).select(
-        view, k, np.random.default_rng(seed)
-    ).ids
+    return (
+        cls(cls.Settings(policy=policy, **settings))
+        .select(view, k, np.random.default_rng(seed))
+        .ids
+    )
 
 
 def test_uniform_and_data_size_are_numpys_draws_without_replacement():
@@ -129,8 +131,13 @@ def test_oort_explores_unheard_clients_first_while_epsilon_is_high():
 def test_a_policy_sees_only_the_sinr_reports_recorded_before_its_decision(tiny, policy):
     result = mecsim.run(
         tiny,
-        [*QUICK, "clients.count=8", "protocol.clients_per_round=3", "network.fading=rayleigh",
-         f"scheduling.policy={policy}"],  # fmt: skip
+        [
+            *QUICK,
+            "clients.count=8",
+            "protocol.clients_per_round=3",
+            "network.fading=rayleigh",
+            f"scheduling.policy={policy}",
+        ],  # fmt: skip
         write=False,
     )
     events, decisions = result.events, result.decisions

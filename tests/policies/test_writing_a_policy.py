@@ -31,7 +31,15 @@ def test_the_tutorials_policy_describes_runs_and_passes_the_conformance_suite(
         assert "weight" in capsys.readouterr().out
         settings = ["scheduling.policy=least_energy", "protocol.participation=0.3",
                     "protocol.rounds=3", "execution.cost_only=true"]  # fmt: skip
-        args = ["run", str(scenario), "--import", "least_energy.py", "--out", "run", "--no-progress"]
+        args = [
+            "run",
+            str(scenario),
+            "--import",
+            "least_energy.py",
+            "--out",
+            "run",
+            "--no-progress",
+        ]
         assert main([*args, *(x for s in settings for x in ("--set", s))]) == 0
         decisions = pd.read_parquet(tmp_path / "run" / "decisions.parquet")
         assert set(decisions["policy"]) == {"least_energy"} and len(decisions) == 18

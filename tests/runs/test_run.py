@@ -18,7 +18,11 @@ OUTPUT_FILES = {
     "summary.json",
     "report.md",
     "accuracy.png",
-    *(f"{t}.{ext}" for t in ("events", "rounds", "clients", "decisions") for ext in ("parquet", "csv")),
+    *(
+        f"{t}.{ext}"
+        for t in ("events", "rounds", "clients", "decisions")
+        for ext in ("parquet", "csv")
+    ),
 }
 
 
