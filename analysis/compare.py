@@ -84,6 +84,8 @@ def distinguish(runs: list[RunRecord], ignore: tuple[str, ...] = ()) -> None:
             continue
         keys = sorted({k for r in group for k in r.settings if _compared(k, ignore)})
         differing = [k for k in keys if len({repr(r.settings.get(k)) for r in group}) > 1]
+        chosen = [k for k in differing if not _implied(k, group)]
+        differing = chosen or differing
         for run in group:
             extra = ", ".join(f"{k}={run.settings.get(k)}" for k in differing)
             if extra:
@@ -203,6 +205,13 @@ def match_baselines(runs: list[RunRecord], baseline: str = DEFAULT_BASELINE) -> 
         if str(run.settings.get(key)) == value:
             found.setdefault(settings_signature(run, prefixes=table), index)
     return [found.get(settings_signature(run, prefixes=table)) for run in runs]
+
+
+def _implied(key: str, runs: list[RunRecord]) -> bool:
+    """Whether ``key`` differs only by being absent from some runs: a key of one policy or
+    algorithm (``scheduling.alpha``), which the choice of it already tells apart."""
+    present = {repr(r.settings[key]) for r in runs if r.settings.get(key) is not None}
+    return len(present) == 1 and any(r.settings.get(key) is None for r in runs)
 
 
 def varying_keys(runs: list[RunRecord], ignore: tuple[str, ...] = ()) -> list[str]:

@@ -348,6 +348,11 @@ class ExecutionConfig(Section):
         description="batched: memory one vmapped group may use (default: half the RAM or "
         "GPU memory available at the start)",
     )
+    precision: Literal["fp32", "bf16"] = Field(
+        default="fp32",
+        description="training's arithmetic: fp32, or bf16 autocast for the forward pass "
+        "(losses, gradients' sums and updates stay fp32; FLOPs are counted alike)",
+    )
     ray_address: str | None = Field(
         default=None, description="Ray cluster address; None starts a local Ray instance"
     )

@@ -119,8 +119,14 @@ class ModelFunction:
     False; anything else runs through vmap's batching rules.
     """
 
-    def __init__(self, model: nn.Module, hand_batched: bool = True) -> None:
+    def __init__(
+        self, model: nn.Module, hand_batched: bool = True, precision: str = "fp32"
+    ) -> None:
         self.model = model
+        self.precision = precision
+        """``fp32``, or ``bf16``: the forward runs under bfloat16 autocast on a CPU or a
+        GPU (matrix products and convolutions in bf16), its outputs cast back to fp32
+        so losses, gradients' accumulation and the SGD update stay fp32."""
         heads = [m for m in model.modules() if isinstance(m, WEIGHTED)]
         self._sink: dict[str, Tensor] | None = None
         if heads:
@@ -132,6 +138,13 @@ class ModelFunction:
             self._sink["features"] = args[0]
 
     def __call__(self, params: TensorDict, buffers: TensorDict, x: Tensor) -> Outputs:
+        if self.precision == "fp32" or x.device.type not in ("cpu", "cuda"):
+            return self._forward(params, buffers, x)  # "meta": cost-only, nothing computed
+        with torch.autocast(x.device.type, dtype=torch.bfloat16):
+            outputs = self._forward(params, buffers, x)
+        return {k: v.float() if v.is_floating_point() else v for k, v in outputs.items()}
+
+    def _forward(self, params: TensorDict, buffers: TensorDict, x: Tensor) -> Outputs:
         if self._stacked is not None:  # under vmap over clients: hand-batched when possible
             outputs = call_stacked(self._stacked, params, buffers, x, self.model.training)
             if outputs is not None:

@@ -465,7 +465,10 @@ def build_world(sc: Scenario, torch_device: torch.device) -> World:
     ctx = TrainingContext(
         algorithm,
         models,
-        {name: ModelFunction(arch.module) for name, arch in models.architectures.items()},
+        {
+            name: ModelFunction(arch.module, precision=sc.execution.precision)
+            for name, arch in models.architectures.items()
+        },
         per_sample,
         {"train": (data.x_train, data.y_train), "public": public},
         sc.seed,

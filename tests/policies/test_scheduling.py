@@ -194,3 +194,15 @@ def test_protocol_selection_still_chooses_the_policy_with_a_deprecation_warning(
 )
 def test_bad_scheduling_settings_are_one_line(tiny, refused, overrides, field):
     refused(tiny, overrides, field)
+
+
+def test_age_and_round_robin_choose_alike_when_every_update_arrives(tiny):
+    # docs/scheduling.md: without failures "rounds since last chosen" and "rounds since
+    # last aggregated" order the clients the same way
+    base = [*QUICK, "clients.count=9", "protocol.clients_per_round=4", "protocol.rounds=6"]
+    runs = [
+        mecsim.run(tiny, [*base, f"scheduling.policy={p}"], write=False).decisions
+        for p in ("round_robin", "age")
+    ]
+    pd.testing.assert_series_equal(runs[0]["client"], runs[1]["client"])
+    assert runs[0]["client"].value_counts().max() - runs[0]["client"].value_counts().min() <= 1
