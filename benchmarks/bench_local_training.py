@@ -44,12 +44,19 @@ def timed(fn, device: torch.device) -> float:
 
 
 def bench(
-    model_name: str, clients: int, steps: int, batch: int, device: torch.device, repeat: int
+    model_name: str,
+    clients: int,
+    steps: int,
+    batch: int,
+    device: torch.device,
+    repeat: int,
+    precision: str = "fp32",
 ) -> dict:
     shape, classes = CASES[model_name]
     model = build_model(model_name, input_shape=shape, num_classes=classes, seed=0).to(device)
-    function = ModelFunction(model)
-    vmapped = ModelFunction(model, hand_batched=False)  # every layer through vmap's rules
+    function = ModelFunction(model, precision=precision)
+    vmapped = ModelFunction(model, hand_batched=False, precision=precision)  # vmap's rules
+    halved = ModelFunction(model, precision="bf16")  # the batched step under bf16 autocast
     loss = cross_entropy_loss("train")
     per_client = steps * batch
     x = torch.randn(clients * per_client, *shape, device=device)
@@ -85,11 +92,16 @@ def bench(
     def bound():  # one model, the same samples, batches of clients x batch
         train(function, start, splits(clients * batch, 1)[0], bound_schedule, loss)
 
-    for fn in (serial, batched, vmap_rules, bound):  # warm-up (allocator, kernels)
+    def batched_bf16():
+        train_batched(halved, [start] * clients, splits(batch, clients), schedule, loss)
+
+    cases = (("serial", serial), ("batched", batched), ("vmap", vmap_rules), ("bound", bound))
+    if precision == "fp32":
+        cases += (("batched_bf16", batched_bf16),)
+    for _, fn in cases:  # warm-up (allocator, kernels)
         fn()
     # interleaved, best of ``repeat`` each: a slow spell of a shared machine then slows
-    # all three alike instead of deciding one of them
-    cases = (("serial", serial), ("batched", batched), ("vmap", vmap_rules), ("bound", bound))
+    # all of them alike instead of deciding one
     best = dict.fromkeys((name for name, _ in cases), float("inf"))
     for _ in range(repeat):
         for name, fn in cases:
@@ -114,6 +126,12 @@ def main() -> None:
         "--resnet-max-clients", type=int, default=50, help="skip larger resnet cases"
     )
     parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument(
+        "--precision",
+        choices=("fp32", "bf16"),
+        default="fp32",
+        help="execution.precision of every case (fp32 also times batched under bf16)",
+    )
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument(
         "--cudnn-benchmark",
@@ -129,6 +147,7 @@ def main() -> None:
     print(
         f"{'model':<10} {'clients':>7} {'steps':>5} {'serial s':>9} {'batched s':>9} {'bound s':>8}"
         f" {'serial/batched':>14} {'batched/bound':>13} {'vmap rules/bound':>16}"
+        + (f" {'bf16/fp32':>11}" if args.precision == "fp32" else "")
     )
     for name in args.models:
         resnet = name.startswith("resnet")
@@ -136,12 +155,14 @@ def main() -> None:
         for k in args.clients:
             if resnet and k > args.resnet_max_clients:
                 continue
-            t = bench(name, k, steps, args.batch, device, 1 if resnet else args.repeat)
+            repeat = 1 if resnet else args.repeat
+            t = bench(name, k, steps, args.batch, device, repeat, args.precision)
             peak = f" {t['peak_gib']:>6.2f} GiB peak (batched)" if "peak_gib" in t else ""
+            halved = f" {t['batched_bf16'] / t['batched']:>10.2f}x" if "batched_bf16" in t else ""
             print(
                 f"{name:<10} {k:>7} {steps:>5} {t['serial']:>9.3f} {t['batched']:>9.3f} {t['bound']:>8.3f}"
                 f" {t['serial'] / t['batched']:>13.2f}x {t['batched'] / t['bound']:>12.2f}x"
-                f" {t['vmap'] / t['bound']:>15.2f}x{peak}",
+                f" {t['vmap'] / t['bound']:>15.2f}x{halved}{peak}",
                 flush=True,
             )
 
