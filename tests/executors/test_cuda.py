@@ -21,6 +21,13 @@ def full_float32(monkeypatch):
 @pytest.mark.parametrize("algorithm", ["fedavg", "scd"])
 def test_batched_and_serial_on_cuda_give_the_cpu_tables(tiny, algorithm, full_float32):
     overrides = {"algorithm.name": algorithm}
+    if algorithm == "scd":
+        # as on the CPU (tests/executors/test_executors.py): the spectral coupling turns
+        # float rounding (1e-6) into 1e-3 in the weights within a round, so the whole run
+        # checks the two tasks' state flow without the terms; the terms themselves are
+        # checked step by step on the GPU against the CPU in
+        # tests/algorithms/test_spectral.py::test_the_spectral_loss_on_a_device_is_the_cpus
+        overrides |= {"algorithm.lambda_g": 0.0, "algorithm.lambda_p": 0.0}
     cpu = mecsim.run(tiny, overrides, write=False, executor="serial")
     batched = mecsim.run(tiny, overrides, write=False, executor="batched", device="cuda")
     serial = mecsim.run(tiny, overrides, write=False, executor="serial", device="cuda")
