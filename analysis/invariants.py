@@ -75,6 +75,8 @@ class RunFacts:
     """Each cell's radio power (several cells: the events' ``cell`` says which radio)."""
     cell_power_w: list[float | None] = field(default_factory=list)
     """Each cell's edge device's compute power (None: unknown here)."""
+    decisions: pd.DataFrame | None = None
+    """The run's decisions table (upload powers under power control), if it has one."""
     backhaul: tuple[float, float, float] = (1e9, 0.0, 0.0)
     """(rate bit/s, latency s, J per bit) of ``[network.backhaul]``."""
     server_flops_per_s: float | None = None
@@ -132,8 +134,9 @@ def _row_energy(events: pd.DataFrame, clients: pd.DataFrame, facts: RunFacts) ->
         power[computing] = per_client("device_power_w")[computing]
     else:
         check.skipped = "the clients table has no device_power_w (an older run): compute rows"
-    watts = 10 ** (per_client("tx_power_dbm") / 10) / 1e3
-    power[uploading] = watts[uploading]
+    from mecsim.analysis.decisions import upload_powers
+
+    power[uploading] = upload_powers(events, clients, facts.decisions)[uploading]
     power[receiving] = per_client("rx_power_w")[receiving]
     server_work = (~of_client & (direction == "none")).to_numpy()
     if facts.server_power_w is not None:
@@ -357,6 +360,10 @@ def check_tables(
         checks.append(_summary(events, rounds, summary))
     if settings is not None:
         checks += physics_checks(events, rounds, clients, facts, settings, summary)
+    if facts.decisions is not None:
+        from mecsim.analysis.decisions import power_limits
+
+        checks.append(power_limits(facts.decisions, clients))
     return checks
 
 
@@ -412,6 +419,7 @@ def check_result(result: Any) -> list[Check]:
 
     settings = flatten(result.scenario.model_dump(mode="json"))
     facts = run_facts(settings)
+    facts.decisions = getattr(result, "decisions", None)
     return check_tables(
         result.events, result.rounds, result.clients, facts, result.summary, settings
     )
@@ -432,6 +440,8 @@ def check_run_dir(run_dir: str | Path) -> list[Check]:
         ) from None
     try:  # an edited table, summary or scenario: a failed check, not a crash
         facts = run_facts(run.settings)
+        decisions = Path(run_dir) / "decisions.parquet"
+        facts.decisions = pd.read_parquet(decisions) if decisions.is_file() else None
         _well_formed(run.events, run.rounds, run.summary)
         return check_tables(run.events, run.rounds, table, facts, run.summary, run.settings)
     except (ValueError, KeyError, TypeError, AttributeError, IndexError) as error:

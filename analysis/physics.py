@@ -170,7 +170,12 @@ def constant_links(settings: dict[str, Any]) -> str | None:
     return next((why for why, holds in reasons.items() if holds), None)
 
 
-def link_budget(events: pd.DataFrame, clients: pd.DataFrame, settings: dict[str, Any]) -> Check:
+def link_budget(
+    events: pd.DataFrame,
+    clients: pd.DataFrame,
+    settings: dict[str, Any],
+    decisions: pd.DataFrame | None = None,
+) -> Check:
     """Constant links: each upload's and broadcast receiver's SNR in closed form."""
     check = Check("link budget")
     why = constant_links(settings)
@@ -188,11 +193,10 @@ def link_budget(events: pd.DataFrame, clients: pd.DataFrame, settings: dict[str,
     rows = events[(uploads | down) & (events["client"] >= 0) & events["snr_db"].notna()]
     rows = rows[rows["duration_s"] > 0]
     up = (rows["direction"] == "up").to_numpy()
-    power = np.where(
-        up,
-        _dbm_to_w(by_client["tx_power_dbm"].reindex(rows["client"]).to_numpy()),
-        _dbm_to_w(settings["network.downlink.tx_power_dbm"]),
-    )
+    from mecsim.analysis.decisions import upload_powers
+
+    sent = upload_powers(rows, clients, decisions)  # power control's choice, or the maximum
+    power = np.where(up, sent, _dbm_to_w(settings["network.downlink.tx_power_dbm"]))
     band = np.where(
         up,
         by_client["bandwidth_mhz"].reindex(rows["client"]).to_numpy() * 1e6,
@@ -377,7 +381,7 @@ def physics_checks(
     checks = [
         compute_time(events, clients, facts),
         transfer_rate(events, clients, settings),
-        link_budget(events, clients, settings),
+        link_budget(events, clients, settings, facts.decisions),
         promptness(events, facts),
         handover_breaks(events, settings),
     ]

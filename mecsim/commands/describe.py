@@ -182,6 +182,7 @@ def registry_of(kind: str):
         "fading": ("mecsim.channels", "FADING"),
         "protocol": ("mecsim.protocols", "PROTOCOLS"),
         "scheduler": ("mecsim.policies.scheduling", "SCHEDULERS"),
+        "power_control": ("mecsim.policies.power", "POWER_CONTROLS"),
     }[singular]
     return getattr(importlib.import_module(module), attribute)
 

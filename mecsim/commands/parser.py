@@ -13,6 +13,7 @@ LISTABLE = (
     "fading",
     "protocols",
     "schedulers",
+    "power_controls",
 )
 DESCRIBABLE = (
     "algorithm",

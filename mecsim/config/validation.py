@@ -30,6 +30,7 @@ from mecsim.executors import EXECUTORS
 from mecsim.learning.data import DATASETS, PARTITIONS, dataset_shape
 from mecsim.learning.devices import DEVICES
 from mecsim.learning.models import MODELS
+from mecsim.policies.power import POWER_CONTROLS
 from mecsim.policies.scheduling import SCHEDULERS, SchedulingSettings
 from mecsim.protocols import PROTOCOLS
 from mecsim.protocols.registry import protocol_settings
@@ -191,18 +192,35 @@ def _check_cells(scenario: Scenario) -> list[Problem]:
 
 
 def _check_scheduling(scenario: Scenario) -> list[Problem]:
-    """A policy that ranks by what training reports cannot choose in a cost-only run."""
+    """A policy that ranks by what training reports cannot choose in a cost-only run;
+    power control runs on a single static cell's links."""
+    problems = []
     policy = scenario.scheduling.policy
     if scenario.execution.cost_only and SCHEDULERS.get(policy).uses_training:
-        return [
+        problems.append(
             Problem(
                 "scheduling.policy",
                 f"{policy!r} ranks clients by what training reports (loss, update norm) and "
                 "a cost-only run trains nothing: choose another policy or set "
                 "execution.cost_only = false",
             )
-        ]
-    return []
+        )
+    power = scenario.network.uplink.power
+    if power not in POWER_CONTROLS:
+        allowed = ", ".join(POWER_CONTROLS.names())
+        problems.append(Problem("network.uplink.power", f"unknown power control {power!r}; "
+                                f"allowed: {allowed}"))  # fmt: skip
+    elif power != "fixed" and (
+        len(scenario.network.cells) > 1 or scenario.clients.mobility.model != "static"
+    ):
+        problems.append(
+            Problem(
+                "network.uplink.power",
+                f"{power!r} runs on one cell of static clients for now (several cells and "
+                "moving clients share a medium whose powers are fixed); use power = 'fixed'",
+            )
+        )
+    return problems
 
 
 def _check_algorithm(scenario: Scenario) -> list[Problem]:

@@ -69,7 +69,7 @@ class Recorder:
         self.history: Any = None
         """A scheduler's :class:`~mecsim.policies.history.ClientHistory`, told of every
         client row (its energy, its SINR), if the policy keeps one."""
-        self._decisions: list[tuple[int, float, list[int], list[float]]] = []
+        self._decisions: list[tuple[int, float, list[int], list[float], str, str | None]] = []
 
     def __len__(self) -> int:
         """Event rows recorded so far."""
@@ -136,24 +136,42 @@ class Recorder:
             self._count += n
             self._frame = None
 
-    def decide(self, round_: int, t: float, clients: list[int], scores: list[float]) -> None:
-        """Record a scheduling decision: the clients chosen at ``t`` and each one's score."""
-        self._decisions.append((round_, t, clients, scores))
+    def decide(
+        self,
+        round_: int,
+        t: float,
+        clients: list[int],
+        values: list[float],
+        decision: str = "schedule",
+        policy: str | None = None,
+    ) -> None:
+        """Record a decision at ``t`` about ``clients``: ``schedule`` (the clients chosen,
+        each with the score it was ranked by) or ``power`` (an upload's power, W);
+        ``policy`` None: the run's scheduling policy."""
+        self._decisions.append((round_, t, clients, values, decision, policy))
 
-    def decisions(self, policy: str) -> pd.DataFrame:
-        """The decisions table: one row per client chosen (round, t, client, policy, score)."""
+    def decisions(self, scheduler: str) -> pd.DataFrame:
+        """The decisions table: one row per client and decision (round, t, client,
+        decision, policy, value); ``scheduler`` names the scheduling policy."""
         import pandas as pd
 
-        sizes = [len(d[2]) for d in self._decisions]
+        entries = self._decisions
+        sizes = [len(d[2]) for d in entries]
+        n = sum(sizes)
+
+        def repeated(i: int) -> np.ndarray:
+            return np.repeat(np.array([d[i] for d in entries], dtype=object), sizes)
+
         return pd.DataFrame(
             {
-                "round": np.repeat([d[0] for d in self._decisions], sizes).astype(np.int64),
-                "t": np.repeat([d[1] for d in self._decisions], sizes).astype(float),
-                "client": np.fromiter(
-                    (c for d in self._decisions for c in d[2]), np.int64, sum(sizes)
+                "round": np.repeat([d[0] for d in entries], sizes).astype(np.int64),
+                "t": np.repeat([d[1] for d in entries], sizes).astype(float),
+                "client": np.fromiter((c for d in entries for c in d[2]), np.int64, n),
+                "decision": pd.Series(repeated(4), dtype=object),
+                "policy": pd.Series(
+                    [scheduler if p is None else p for p in repeated(5)], dtype=object
                 ),
-                "policy": pd.Series([policy] * sum(sizes), dtype=object),
-                "score": np.fromiter((v for d in self._decisions for v in d[3]), float, sum(sizes)),
+                "value": np.fromiter((v for d in entries for v in d[3]), float, n),
             }
         )
 

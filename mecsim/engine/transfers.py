@@ -220,7 +220,10 @@ class Transfers:
             self.recorder.event(
                 round_, client, "wait:spectrum", asked, granted, job=job, direction="up"
             )
-        power_w = self.clients[client].tx_power_w
+        power_w = self.network.upload_power(client, nbytes)
+        if self.network.config.uplink.power != "fixed":
+            policy = self.network.config.uplink.power
+            self.recorder.decide(round_, granted, [client], [power_w], "power", policy)
         self._record_transfer(round_, job, client, r, nbytes, "upload", "up", power_w)
 
     def _cut_upload(

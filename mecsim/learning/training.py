@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor, nn
@@ -33,6 +34,9 @@ from torch.func import functional_call, vmap
 from mecsim.learning.models.layers import WEIGHTED
 from mecsim.learning.models.stacked import call_stacked, stacked_forward
 from mecsim.learning.state import ModelState, TensorDict, stack
+
+if TYPE_CHECKING:
+    from mecsim.learning.models.catalog import ModelCatalog
 
 Outputs = dict[str, Tensor]
 """What a forward pass yields: ``logits`` and ``features`` (the classifier head's input)."""
@@ -173,6 +177,14 @@ class ModelFunction:
             return self(other, {k: v.clone() for k, v in source.items()}, x)
 
         return forward
+
+
+def model_functions(models: ModelCatalog, precision: str = "fp32") -> dict[str, ModelFunction]:
+    """Each architecture's functional forward, at ``execution.precision``."""
+    return {
+        name: ModelFunction(arch.module, precision=precision)
+        for name, arch in models.architectures.items()
+    }
 
 
 def batch_order(num_samples: int, steps: int, size: int, generator: torch.Generator) -> Tensor:

@@ -43,7 +43,6 @@ import simpy
 from mecsim.channels import (
     ChannelModel,
     LogDistancePathLoss,
-    NoFading,
     dbm_to_w,
     make_fading,
 )
@@ -54,20 +53,19 @@ from mecsim.channels.sharing import (
     Reception,
     SharedTransmitter,
     Transmission,
-    finish_within,
-    send_time,
-    step_length,
 )
 from mecsim.common.distributions import sample_attribute
 from mecsim.common.errors import ConfigError
 from mecsim.common.rng import numpy_rng
 from mecsim.learning.devices import DeviceProfile
+from mecsim.net.closed_form import ClosedForms
 from mecsim.net.geometry import Cell, co_channel
 from mecsim.net.handover import HandoverSchedule
 from mecsim.net.link_checks import LinkChecks
 from mecsim.net.mobility import Trajectories
-from mecsim.net.radio import Broadcast, ClosedForm, Delivery, MediumRadio, Radio
+from mecsim.net.radio import Broadcast, Delivery, MediumRadio, Radio
 from mecsim.net.settings import NetworkConfig, build_cells
+from mecsim.policies.power import POWER_CONTROLS, Uplink
 
 if TYPE_CHECKING:
     from mecsim.net.settings import LinkConfig
@@ -98,7 +96,7 @@ def _same(value: Any) -> Any:
     return value
 
 
-class Network(LinkChecks):
+class Network(ClosedForms, LinkChecks):
     """Times uplink and downlink transfers for a fixed set of clients (see the module docstring)."""
 
     def __init__(
@@ -123,6 +121,7 @@ class Network(LinkChecks):
             noise_psd_dbm_hz=config.noise_psd_dbm_hz,
             spectral_efficiency=config.spectral_efficiency,
         )
+        self.power_control = POWER_CONTROLS.get(config.uplink.power)(config.uplink)
         self.server_bandwidth_hz = self.cells[0].bandwidth_hz
         self.server_tx_power_w = self.cells[0].tx_power_w
         self.medium: Medium | None = None
@@ -238,111 +237,6 @@ class Network(LinkChecks):
         if self.handovers is not None and self.env is not None:
             return self.handovers.cell_of(client, self.env.now)
         return self.clients[client].cell
-
-    # --- closed forms (bulk rounds) ------------------------------------------------------
-    def closed_form_blocker(self) -> str | None:
-        """Why a transfer's timing needs the event-driven engine, or None when every transfer
-        alone on its link has a closed form: no fading, no deadline (so no failure or retry),
-        no interference drawn per transfer, and a per-client uplink band (no waiting)."""
-        if not isinstance(self.channel.fading, NoFading):
-            return "fading"
-        if self.config.max_transfer_s is not None:
-            return "network.max_transfer_s"
-        if self.cell_hz is not None:
-            return "network.uplink.total_bandwidth_mhz"
-        if len(self.cells) > 1:
-            return "network.cells (interference between cells)"
-        if self.handovers is not None:
-            return "clients.mobility (moving clients)"
-        for link in (self.config.uplink, self.config.downlink):
-            if link.interference_w is not None or link.interference_dbm is not None:
-                return "interference drawn per transfer"
-        return None
-
-    def link_constants(self) -> dict[str, np.ndarray]:
-        """Per client (by id): path gain, uplink bandwidth and power, each computed by the
-        scalar code the engine runs, so closed forms reproduce it bit for bit."""
-        if self._constants is None:
-            assert all(c.id == i for i, c in enumerate(self.clients)), "clients are 0..n-1"
-            gain = self.channel.pathloss.gain  # as ChannelModel.budget computes it
-            self._constants = {
-                "path_gain": np.array([float(gain(c.distance_m)) for c in self.clients]),
-                "bandwidth_hz": np.array([float(c.bandwidth_hz) for c in self.clients]),
-                "tx_power_w": np.array([c.tx_power_w for c in self.clients]),
-                "down_bandwidth_hz": np.array([self.cells[c.cell].bandwidth_hz for c in self.clients]),
-                "down_power_w": np.array([self.cells[c.cell].tx_power_w for c in self.clients]),
-            }  # fmt: skip
-        return self._constants
-
-    def _closed_form(
-        self,
-        link: LinkConfig,
-        clients: np.ndarray,
-        bits: np.ndarray,
-        start: np.ndarray | float,
-        bandwidth_hz: np.ndarray | float,
-        power_w: np.ndarray | float,
-        broadcast: bool = False,
-        worst: bool = False,
-    ) -> ClosedForm | None:
-        """Receptions of transmissions each alone on its transmitter from ``start`` (or, with
-        ``broadcast``, one transmission to all): :meth:`SharedTransmitter.advance`'s single
-        step in numpy, operation for operation (alone, a transmission's share of the band
-        and power, ``B / 1`` and ``P / 1``, is ``B`` and ``P`` exactly). None if a link is in
-        outage."""
-        psd = link.interference_dbm_hz
-        interference_psd = 0.0 if psd is None else float(dbm_to_w(psd))
-        path_gain = self.link_constants()["path_gain"][clients]
-        rate, sinr = self._static_rates(path_gain, bandwidth_hz, power_w, interference_psd)
-        if np.any(sinr < self.min_sinr):
-            return None
-        if worst and len(rate):
-            rate = np.full_like(sinr, rate.min())
-        if np.any(rate <= 0):
-            return None
-        need = send_time(bits.astype(float), rate)
-        start = np.broadcast_to(np.asarray(start, dtype=float), need.shape)
-        # one step to the last finish; a broadcast's receivers share the step
-        finish = np.maximum(start, start + need)
-        if broadcast:
-            finish = np.full_like(finish, finish.max(initial=-math.inf))
-        step = step_length(start, finish)
-        end, air = finish_within(start, need, step)
-        return ClosedForm(clients, bits, start.copy(), end, sinr * air, step)
-
-    def closed_form_broadcast(
-        self, clients: Sequence[int], nbytes: int, start: float
-    ) -> ClosedForm | None:
-        """A lone broadcast of ``nbytes`` from the idle server radio to ``clients`` at
-        ``start`` (see :meth:`closed_form_blocker`); None if a link is in outage."""
-        ids = np.asarray(clients, dtype=np.int64)
-        bits = np.full(len(ids), 8 * nbytes, dtype=np.int64)
-        worst = self.config.downlink.broadcast_rate == "worst"
-        return self._closed_form(
-            self.config.downlink,
-            ids,
-            bits,
-            float(start),
-            self.server_bandwidth_hz,
-            self.server_tx_power_w,
-            broadcast=True,
-            worst=worst,
-        )
-
-    def closed_form_uploads(
-        self, clients: np.ndarray, nbytes: np.ndarray, start: np.ndarray
-    ) -> ClosedForm | None:
-        """Each client's upload of ``nbytes`` on its own band from ``start`` (see
-        :meth:`closed_form_blocker`); None if a link is in outage."""
-        const = self.link_constants()
-        return self._closed_form(
-            self.config.uplink,
-            clients,
-            8 * nbytes,
-            start,
-            const["bandwidth_hz"][clients],
-            const["tx_power_w"][clients],
-        )
 
     def sync(self) -> None:
         """Advance the server radio's state to now (its open receptions' bits and energy)."""
@@ -478,6 +372,21 @@ class Network(LinkChecks):
             yield pool.put(round(profile.bandwidth_hz))
         return granted, reception
 
+    def upload_power(self, client: int, nbytes: int) -> float:
+        """The power ``client`` sends ``nbytes`` at (``network.uplink.power``), from what
+        it knows: its maximum, its band, its path gain now, the noise."""
+        profile = self.clients[client]
+        if self.config.uplink.power == "fixed":
+            return profile.tx_power_w
+        uplink = Uplink(
+            profile.tx_power_w,
+            profile.bandwidth_hz,
+            float(self.channel.pathloss.gain(profile.distance_m)),
+            float(dbm_to_w(self.config.noise_psd_dbm_hz)),
+            8.0 * nbytes,
+        )
+        return self.power_control.power_w(uplink)
+
     def upload_progress(
         self, client: int, nbytes: int, key: tuple, granted: float, until: float
     ) -> Reception:
@@ -489,7 +398,7 @@ class Network(LinkChecks):
             return self._live[(client, key)]
         profile = self.clients[client]
         reception = self._reception("up", client, nbytes, key)
-        transmitter = SharedTransmitter(profile.bandwidth_hz, profile.tx_power_w)
+        transmitter = SharedTransmitter(profile.bandwidth_hz, self.upload_power(client, nbytes))
         transmitter.now = granted
         transmitter.start(Transmission([reception]))
         try:

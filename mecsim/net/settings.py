@@ -58,6 +58,25 @@ class UplinkConfig(LinkConfig):
         description="each cell's uplink band; uploads beyond it wait for spectrum, first come "
         "first served (default: unlimited, each client on its own band as KAPC Table 4)",
     )
+    power: str = Field(
+        default="fixed",
+        description="power control of each upload: fixed (the client's maximum), "
+        "channel_inversion or min_energy (mecsim list power_controls)",
+    )
+    target_snr_db: float | None = Field(
+        default=None, ge=0, le=60, description="channel_inversion: the received SNR it aims at, dB"
+    )
+    power_deadline_s: float | None = Field(
+        default=None, gt=0, le=1e6, description="min_energy: the time an upload may take, s"
+    )
+
+    @model_validator(mode="after")
+    def _power_settings(self) -> UplinkConfig:
+        needs = {"channel_inversion": "target_snr_db", "min_energy": "power_deadline_s"}
+        key = needs.get(self.power)
+        if key is not None and getattr(self, key) is None:
+            raise ValueError(f"power = {self.power!r} needs {key}")
+        return self
 
 
 class DownlinkConfig(LinkConfig):

@@ -38,7 +38,7 @@ from mecsim.learning.devices import DEVICES
 from mecsim.learning.models import build_model, forward_flops_per_sample
 from mecsim.learning.models.catalog import Architecture, ModelCatalog
 from mecsim.learning.state import payload_nbytes
-from mecsim.learning.training import ModelFunction
+from mecsim.learning.training import model_functions
 from mecsim.net.geometry import Cell, associate, distances
 from mecsim.net.mobility import GaussMarkov, RandomWaypoint, TraceMobility, Trajectories, read_trace
 from mecsim.net.network import ClientProfile, Network, build_cells
@@ -465,10 +465,7 @@ def build_world(sc: Scenario, torch_device: torch.device) -> World:
     ctx = TrainingContext(
         algorithm,
         models,
-        {
-            name: ModelFunction(arch.module, precision=sc.execution.precision)
-            for name, arch in models.architectures.items()
-        },
+        model_functions(models, sc.execution.precision),
         per_sample,
         {"train": (data.x_train, data.y_train), "public": public},
         sc.seed,

@@ -147,13 +147,13 @@ def test_a_policy_sees_only_the_sinr_reports_recorded_before_its_decision(tiny, 
     for d in decisions.itertuples():
         past = transfers[(transfers["client"] == d.client) & (transfers["t_end"] <= d.t)]
         if past.empty:
-            assert math.isnan(d.score)  # never heard from: ranked first, no score
+            assert math.isnan(d.value)  # never heard from: ranked first, no score
             continue
         last = past.sort_values("t_end", kind="stable")["snr_db"].iloc[-1]
         linear = 10 ** (past["snr_db"] / 10)
         mean_db = 10 * np.log10(linear.mean())
         expected = last if policy == "best_channel" else last - mean_db
-        assert d.score == pytest.approx(expected, rel=1e-12, abs=1e-12)
+        assert d.value == pytest.approx(expected, rel=1e-12, abs=1e-12)
         checked += 1
     assert checked > 0
 

@@ -44,7 +44,7 @@ def test_the_tutorials_policy_describes_runs_and_passes_the_conformance_suite(
         decisions = pd.read_parquet(tmp_path / "run" / "decisions.parquet")
         assert set(decisions["policy"]) == {"least_energy"} and len(decisions) == 18
         later = decisions[decisions["round"] > 0]
-        assert later["score"].notna().all() and (later["score"] <= 0).all()
+        assert later["value"].notna().all() and (later["value"] <= 0).all()
         capsys.readouterr()
         assert main(["check", "least_energy", "--import", "least_energy.py"]) == 0
         assert "5 checks of least_energy: all passed" in capsys.readouterr().out

@@ -1,0 +1,59 @@
+"""What a run's ``decisions`` table implies for its other tables.
+
+* each upload went out at the power its ``power`` decision names (at the upload's
+  start), or, without one, at its client's maximum (``tx_power_dbm``);
+* ``power limits``: no power decision exceeds its client's maximum or is negative.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from mecsim.analysis.invariants import RTOL, Check, _first
+
+
+def upload_powers(
+    events: pd.DataFrame, clients: pd.DataFrame, decisions: pd.DataFrame | None
+) -> np.ndarray:
+    """Per events row: the transmit power of an upload (W; NaN for other rows)."""
+    uploading = (
+        (events["direction"] == "up") & (events["role"] == "sender") & (events["client"] >= 0)
+    ).to_numpy()
+    maxima = 10 ** (clients.set_index("client")["tx_power_dbm"] / 10) / 1e3
+    power = np.full(len(events), np.nan)
+    power[uploading] = maxima.reindex(events.loc[uploading, "client"]).to_numpy(dtype=float)
+    if decisions is None or "decision" not in decisions:
+        return power
+    chosen = decisions[decisions["decision"] == "power"]
+    if chosen.empty:
+        return power
+    by_start = chosen.drop_duplicates(["client", "t"], keep="last").set_index(["client", "t"])
+    keys = pd.MultiIndex.from_arrays(
+        [events.loc[uploading, "client"], events.loc[uploading, "t_start"]]
+    )
+    decided = by_start["value"].reindex(keys).to_numpy(dtype=float)
+    power[uploading] = np.where(np.isnan(decided), power[uploading], decided)
+    return power
+
+
+def power_limits(decisions: pd.DataFrame | None, clients: pd.DataFrame) -> Check:
+    """No upload's power above its client's maximum, none negative."""
+    check = Check("power limits")
+    if decisions is None or "decision" not in decisions:
+        check.skipped = "no decisions table"
+        return check
+    chosen = decisions[decisions["decision"] == "power"]
+    if chosen.empty:
+        check.skipped = "every upload at its client's maximum (network.uplink.power = fixed)"
+        return check
+    maxima = 10 ** (clients.set_index("client")["tx_power_dbm"] / 10) / 1e3
+    limit = maxima.reindex(chosen["client"]).to_numpy(dtype=float)
+    value = chosen["value"].to_numpy(dtype=float)
+    bad = (value < 0) | (value > limit * (1 + RTOL)) | np.isnan(value)
+    check.examined = len(chosen)
+    check.problems = _first(
+        chosen[bad].assign(limit=limit[bad]),
+        lambda r: f"client {r.client} at t={r.t:.9g}: {r.value:.9g} W, its maximum {r.limit:.9g} W",
+    )
+    return check
