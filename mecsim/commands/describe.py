@@ -14,23 +14,14 @@ from typing import Any
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
+from mecsim.commands.parser import DESCRIBABLE
 from mecsim.common.errors import ConfigError
 from mecsim.common.section import MAX_REPEATS, Section, types_in, unbounded_repeat
 
 NOT_SECTIONS = ("name", "seed", "algorithm", "protocol", "scheduling", "versions")
 """Top-level scenario keys that are no section table of their own (algorithm and
 protocol tables are described per algorithm and per protocol)."""
-KINDS = (
-    "algorithm",
-    "protocol",
-    "scheduler",
-    "section",
-    "model",
-    "dataset",
-    "device",
-    "fading",
-    "partition",
-)
+KINDS = DESCRIBABLE
 SETTINGS_KINDS = ("algorithm", "protocol", "scheduler", "section")
 TABLES = {"algorithm": "algorithm", "protocol": "protocol", "scheduler": "scheduling"}
 """The scenario table a chosen-by-name kind's keys live under."""

@@ -78,6 +78,20 @@ def top_k(candidates: Candidates, scores: np.ndarray, k: int) -> Selection:
     return Selection([int(candidates.ids[i]) for i in chosen], [float(scores[i]) for i in chosen])
 
 
+def rounds_since(candidates: Candidates, last: np.ndarray) -> np.ndarray:
+    """Rounds from ``last`` (a round per candidate; -1: never) to this one; NaN for never,
+    which :func:`top_k` ranks first."""
+    return np.where(last < 0, np.nan, candidates.round - last).astype(float)
+
+
+class ShortlistSettings(SchedulingSettings):
+    """The keys of a policy that first keeps a shortlist of ``d`` candidates."""
+
+    d: int | None = Field(
+        default=None, ge=1, le=10_000_000, description="candidates on the shortlist (default 2k)"
+    )
+
+
 def drawn(candidates: Candidates, picks: np.ndarray) -> Selection:
     """A random draw of the candidates at positions ``picks`` (scores NaN)."""
     ids = sorted(int(candidates.ids[i]) for i in picks)

@@ -8,12 +8,16 @@ from __future__ import annotations
 import numpy as np
 
 from mecsim.policies.history import Candidates
-from mecsim.policies.scheduling import SchedulingPolicy, Selection, register_scheduler, top_k
+from mecsim.policies.scheduling import (
+    SchedulingPolicy,
+    Selection,
+    register_scheduler,
+    rounds_since,
+    top_k,
+)
 
 
 @register_scheduler("age", "the k clients whose last update is oldest (never: first)")
 class AgeBased(SchedulingPolicy):
     def select(self, candidates: Candidates, k: int, rng: np.random.Generator) -> Selection:
-        never = candidates.last_update < 0
-        age = np.where(never, np.nan, candidates.round - candidates.last_update)
-        return top_k(candidates, age.astype(float), k)
+        return top_k(candidates, rounds_since(candidates, candidates.last_update), k)

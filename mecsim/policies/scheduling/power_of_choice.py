@@ -14,27 +14,20 @@ one yet ranks first.
 from __future__ import annotations
 
 import numpy as np
-from pydantic import Field
 
 from mecsim.policies.history import Candidates
 from mecsim.policies.scheduling import (
     SchedulingPolicy,
-    SchedulingSettings,
     Selection,
+    ShortlistSettings,
     register_scheduler,
     top_k,
 )
 
 
-class PowerOfChoiceSettings(SchedulingSettings):
-    d: int | None = Field(
-        default=None, ge=1, le=10_000_000, description="candidates drawn by data size (default 2k)"
-    )
-
-
 @register_scheduler("power_of_choice", "of d clients drawn by data size, the k of highest loss")
 class PowerOfChoice(SchedulingPolicy):
-    Settings = PowerOfChoiceSettings
+    Settings = ShortlistSettings
     uses_training = True
 
     def select(self, candidates: Candidates, k: int, rng: np.random.Generator) -> Selection:

@@ -7,13 +7,17 @@ from __future__ import annotations
 import numpy as np
 
 from mecsim.policies.history import Candidates
-from mecsim.policies.scheduling import SchedulingPolicy, Selection, register_scheduler, top_k
+from mecsim.policies.scheduling import (
+    SchedulingPolicy,
+    Selection,
+    register_scheduler,
+    rounds_since,
+    top_k,
+)
 
 
 @register_scheduler("round_robin", "the k clients chosen longest ago (never first), by id")
 class RoundRobin(SchedulingPolicy):
     def select(self, candidates: Candidates, k: int, rng: np.random.Generator) -> Selection:
         # score: rounds since last chosen (a client never chosen: longest ago of all)
-        never = candidates.last_selected < 0
-        waited = np.where(never, np.nan, candidates.round - candidates.last_selected)
-        return top_k(candidates, waited.astype(float), k)
+        return top_k(candidates, rounds_since(candidates, candidates.last_selected), k)

@@ -11,27 +11,20 @@ A client the server has no SINR or update norm of yet ranks first at that stage.
 from __future__ import annotations
 
 import numpy as np
-from pydantic import Field
 
 from mecsim.policies.history import Candidates
 from mecsim.policies.scheduling import (
     SchedulingPolicy,
-    SchedulingSettings,
     Selection,
+    ShortlistSettings,
     register_scheduler,
     top_k,
 )
 
 
-class UpdateAwareSettings(SchedulingSettings):
-    d: int | None = Field(
-        default=None, ge=1, le=10_000_000, description="clients of best channel kept (default 2k)"
-    )
-
-
 @register_scheduler("update_aware", "of the d best channels, the k largest update norms")
 class UpdateAware(SchedulingPolicy):
-    Settings = UpdateAwareSettings
+    Settings = ShortlistSettings
     uses_training = True
     reports_norm = True
 
