@@ -94,7 +94,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     nothing is written at the target. Both signal handlers are installed here,
     also where the parent left SIGINT ignored (a script's background job).
     """
-    args = build_parser(__doc__).parse_args(argv)
+    parser = build_parser(__doc__)
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        bare = next((o for o in getattr(args, "overrides", []) if "=" not in o), None)
+        if bare is not None:  # --set key value: the value came loose
+            sys.stderr.write(
+                f"error: --set: {bare!r} has no value; write --set {bare}={extra[0]}\n"
+            )
+            return 2
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     # mecsim's own messages at INFO; other libraries' (torch's exit-time stats) from WARNING
     logging.basicConfig(level=logging.WARNING, format="%(message)s", stream=sys.stderr)
     logging.getLogger("mecsim").setLevel(logging.INFO)

@@ -6,7 +6,9 @@ A key of another protocol is an error that names the protocol it belongs to
 
 from __future__ import annotations
 
-from pydantic import Field
+from typing import Any
+
+from pydantic import Field, field_validator
 
 from mecsim.common.section import Section
 
@@ -28,6 +30,16 @@ class ProtocolSettings(Section):
         default=None, ge=1, description="a count; overrides participation"
     )
     eval_every: int = Field(default=1, ge=1, description="evaluate every this many rounds")
+
+    @field_validator("participation", mode="before")
+    @classmethod
+    def _a_fraction(cls, value: Any) -> Any:
+        if isinstance(value, int | float) and not isinstance(value, bool) and 1 < value <= 100:
+            raise ValueError(
+                f"a fraction in (0, 1], got {value}: for {value:g} % write {value / 100:g}, "
+                f"for {value:g} clients a round set clients_per_round = {value:g}"
+            )
+        return value
 
     def round_size(self, num_clients: int) -> int:
         """k: ``clients_per_round``, or the ``participation`` fraction of ``num_clients``."""

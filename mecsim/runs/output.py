@@ -256,6 +256,13 @@ def _name_max(directory: Path | None) -> int:
         return 255
 
 
+def finished(run_dir: Path) -> bool:
+    """Whether ``run_dir`` holds a run mecsim finished (its marker, no checkpoint beside)."""
+    from mecsim.engine.checkpoint import checkpoint_path
+
+    return (run_dir / MARKER).is_file() and not checkpoint_path(run_dir).exists()
+
+
 def check_target(run_dir: Path, overwrite: bool) -> None:
     """Fail early (before any work) if ``run_dir`` may not be written.
 

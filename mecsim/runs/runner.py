@@ -46,6 +46,7 @@ from mecsim.runs.output import (
     check_target,
     claim_default_run_dir,
     claim_run_dir,
+    finished,
     json_safe,
     release,
     write_file,
@@ -179,6 +180,12 @@ def run(
     sc = load_scenario(scenario, overrides)
     if resume and not write:
         raise ConfigError("--resume", "resume continues a run directory; it needs write=True")
+    if resume and out is not None and finished(Path(out)):
+        raise ConfigError(
+            "--resume",
+            f"{out} holds a finished run, nothing to continue: run without --resume into "
+            "another --out (or set output.overwrite = true to run it again)",
+        )
     run_dir = None
     if write:  # claim the target before any work: no other run can take it meanwhile
         if out is not None:
