@@ -277,18 +277,26 @@ def _check(args: argparse.Namespace) -> int:
 
 def _report(args: argparse.Namespace) -> int:
     from mecsim.commands.comparison import report
+    from mecsim.common.errors import ConfigError
 
-    if args.out is None:
-        with tempfile.TemporaryDirectory() as tmp:
-            markdown = report(args.runs, Path(tmp) / "report")
-    else:
-        from mecsim.common.errors import ConfigError
-
-        if Path(args.out).exists():
-            raise ConfigError("--out", f"{args.out} already exists; choose another directory")
-        markdown = report(args.runs, args.out)
+    out = Path(args.out) if args.out is not None else _beside(Path(args.runs[0]), "report")
+    if out.exists():
+        raise ConfigError("--out", f"{out} already exists; choose another directory")
+    markdown = report(args.runs, out)
     sys.stdout.write(markdown)
+    if args.out is None:  # the tables printed; the HTML and the plots are in a folder
+        logging.getLogger("mecsim").info("wrote %s (report.md, report.html and its plots)", out)
     return 0
+
+
+def _beside(run: Path, what: str) -> Path:
+    """A new folder next to ``run``: ``RUN-what``, ``RUN-what-2``, ... (the first free)."""
+    base = run.resolve().parent / f"{run.resolve().name}-{what}"
+    candidate, n = base, 1
+    while candidate.exists():
+        n += 1
+        candidate = base.with_name(f"{base.name}-{n}")
+    return candidate
 
 
 def _figures(args: argparse.Namespace):

@@ -110,6 +110,18 @@ def section_models() -> dict[str, type[BaseModel]]:
     return found
 
 
+def _is_array(path: str) -> bool:
+    """Whether section ``path`` is an array of tables (``[[network.cells]]``)."""
+    from mecsim.config.scenario import Scenario
+
+    model: type[BaseModel] = Scenario
+    *parents, last = path.split(".")
+    for part in parents:
+        model = _section_model(model.model_fields[part].annotation)  # type: ignore[assignment]
+    annotation = model.model_fields[last].annotation
+    return any(typing.get_origin(t) is list for t in types_in(annotation))
+
+
 def settings_rows(model: type[BaseModel], skip: tuple[str, ...] = ()) -> list[dict[str, str]]:
     """One row per key (but ``skip`` and nested tables, described as their own sections):
     name, type, default, range, description."""
@@ -235,12 +247,15 @@ def render(kind: str, name: str) -> str:
         return render_name(kind, name)
     model, description = settings_of(kind, name)
     table = name if kind == "section" else TABLES[kind]
+    how = f"--set {table}.KEY=VALUE"
+    if kind == "section" and _is_array(name):  # one key of one element cannot be set
+        how = f"each a table of [[{table}]]; --set '{table}=[{{KEY=VALUE, ...}}, ...]' sets all"
     rows = settings_rows(model, skip=("name", "kind", "policy") if kind != "section" else ())
     header = {"key": "key", "type": "type", "default": "default", "range": "range"}
     widths = {c: max(len(header[c]), *(len(r[c]) for r in rows)) for c in header}
     lines = [
         f"{kind} {name}: {description}",
-        f"keys under [{table}] (--set {table}.KEY=VALUE):",
+        f"keys under [{table}] ({how}):",
         "",
     ]
     columns = list(header)

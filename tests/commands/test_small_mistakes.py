@@ -39,3 +39,31 @@ def test_resuming_a_finished_run_says_it_is_finished(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "holds a finished run, nothing to continue" in err[0]
     assert sorted(p.name for p in out.iterdir()) == before  # untouched
+
+
+def test_describe_gives_an_array_of_tables_a_hint_that_works(capsys):
+    assert main(["describe", "section", "network.cells"]) == 0
+    shown = capsys.readouterr().out.splitlines()[1]
+    assert "--set 'network.cells=[{KEY=VALUE, ...}, ...]'" in shown
+    assert "network.cells.KEY" not in shown  # the old hint, which mecsim refuses:
+    assert main(["validate", QUICKSTART, "--set", "network.cells.x_m=0"]) == 2
+    capsys.readouterr()
+    assert main(["describe", "section", "network.uplink"]) == 0  # a table: its keys one by one
+    assert "(--set network.uplink.KEY=VALUE)" in capsys.readouterr().out
+
+
+def test_report_without_out_writes_its_html_and_plots_beside_the_first_run(
+    tmp_path, capsys, caplog
+):
+    run = tmp_path / "run"
+    assert main(["run", QUICKSTART, *QUICK, "--out", str(run)]) == 0
+    capsys.readouterr()
+    assert main(["report", str(run)]) == 0
+    printed = capsys.readouterr()
+    folder = tmp_path / "run-report"
+    assert "report" in printed.out.lower()  # the tables, as before
+    assert f"wrote {folder}" in caplog.text  # where the HTML and the plots went
+    assert (folder / "report.html").stat().st_size > 0 and (folder / "report.md").is_file()
+    assert main(["report", str(run)]) == 0  # the next one takes the next free name
+    assert (tmp_path / "run-report-2" / "report.html").is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run", "run-report", "run-report-2"]
