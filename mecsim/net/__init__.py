@@ -5,6 +5,7 @@ rate, for how long. ``network`` (client links, the server's and cells' radios),
 numpy), ``geometry`` (positions, association),
 ``mobility`` (trajectories) and ``handover`` (A3 events).
 
-May import :mod:`mecsim.common`, :mod:`mecsim.learning` (compute devices) and
-:mod:`mecsim.channels`; algorithms, executors and the clock sit above it.
+May import :mod:`mecsim.common`, :mod:`mecsim.learning` (compute devices),
+:mod:`mecsim.channels` and :mod:`mecsim.policies` (power control); algorithms,
+executors and the clock sit above it.
 """
