@@ -57,3 +57,45 @@ def power_limits(decisions: pd.DataFrame | None, clients: pd.DataFrame) -> Check
         lambda r: f"client {r.client} at t={r.t:.9g}: {r.value:.9g} W, its maximum {r.limit:.9g} W",
     )
     return check
+
+
+def band_limits(
+    events: pd.DataFrame, decisions: pd.DataFrame | None, settings: dict | None
+) -> Check:
+    """Under an allocation policy no upload's band exceeds the cell's band ``W``, and the
+    band-time the uploads used sums to at most ``W`` x the time any was on the air (an
+    integral of ``sum_i b_i(t) <= W``): nothing creates bandwidth."""
+    check = Check("band limits")
+    chosen = None if decisions is None or "decision" not in decisions else decisions
+    chosen = None if chosen is None else chosen[chosen["decision"] == "band"]
+    total = (settings or {}).get("network.uplink.total_bandwidth_mhz")
+    if chosen is None or chosen.empty or total is None:
+        check.skipped = "no band decisions (network.uplink.allocation = fcfs)"
+        return check
+    cell_hz = float(total) * 1e6
+    uploads = events[(events["direction"] == "up") & (events["role"] == "sender")]
+    uploads = uploads.set_index(["client", "t_start"])[["t_end", "duration_s"]]
+    rows = chosen.join(uploads, on=["client", "t"], how="left")
+    check.examined = len(rows)
+    wide = rows[(rows["value"] > cell_hz * (1 + RTOL)) | rows["t_end"].isna()]
+    check.problems = _first(
+        wide,
+        lambda r: (
+            f"client {r.client} at t={r.t:.9g}: {r.value:.9g} Hz of a {cell_hz:.9g} Hz band"
+            if not pd.isna(r.t_end)
+            else f"client {r.client} at t={r.t:.9g}: a band decision of no upload"
+        ),
+    )
+    used = float((rows["value"] * rows["duration_s"]).sum())
+    start, end = np.sort(rows["t"].to_numpy()), rows["t_end"].to_numpy()
+    order = np.argsort(rows["t"].to_numpy(), kind="stable")
+    reach, busy = -np.inf, 0.0
+    for a, b in zip(start, end[order], strict=True):  # the union of the uploads' intervals
+        busy += max(0.0, b - max(a, reach))
+        reach = max(reach, b)
+    if used > cell_hz * busy * (1 + RTOL) + 1e-6:
+        check.problems.append(
+            f"uploads used {used:.9g} Hz s of band, more than {cell_hz:.9g} Hz x "
+            f"{busy:.9g} s on the air"
+        )
+    return check

@@ -361,9 +361,10 @@ def check_tables(
     if settings is not None:
         checks += physics_checks(events, rounds, clients, facts, settings, summary)
     if facts.decisions is not None:
-        from mecsim.analysis.decisions import power_limits
+        from mecsim.analysis.decisions import band_limits, power_limits
 
         checks.append(power_limits(facts.decisions, clients))
+        checks.append(band_limits(events, facts.decisions, settings))
     return checks
 
 

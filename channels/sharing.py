@@ -126,6 +126,10 @@ class Reception:
     """Integral of the SINR over the reception (its time-average is reported)."""
     block: int = 0
     """Index of the current fading block."""
+    band: float = 0.0
+    """Its band now, on a shared uplink (:class:`SharedUplink`)."""
+    band_time: float = 0.0
+    """The integral of its band over its air time, on a shared uplink (Hz s)."""
 
     def __post_init__(self) -> None:
         self.remaining = float(self.bits)
@@ -324,6 +328,51 @@ class SharedTransmitter:
             return math.inf
         ended = self.clone().advance(math.inf)
         return min((r.end for r in ended if r.end is not None), default=math.inf)
+
+
+class SharedUplink(SharedTransmitter):
+    """A cell's uplink band shared by the uploads on the air: each transmission has one
+    reception, sent at its client's own power (``powers``), on the band ``split`` gives
+    it among the open receptions (re-split at every change point); each reception's
+    ``band_time`` accumulates the integral of its band."""
+
+    def __init__(
+        self,
+        bandwidth_hz: float,
+        split: Callable[[list[Reception], float], list[float]],
+        powers: dict[int, float],
+    ) -> None:
+        super().__init__(bandwidth_hz, 0.0)
+        self.split = split
+        self.powers = powers
+
+    def _rates(self) -> list[tuple[Transmission, list[tuple[Reception, float, float]]]]:
+        open_ = [r for tx in self.active for r in tx.receptions if r.open]
+        bands = dict(zip(map(id, open_), self.split(open_, self.bandwidth_hz), strict=True))
+        out = []
+        for tx in self.active:
+            rows = []
+            for r in tx.receptions:
+                if r.open:
+                    r.band = bands[id(r)]
+                    rate, sinr = (0.0, 0.0) if r.band <= 0 else r.rate(
+                        r.band, self.powers[r.client], r.track.gain(r.block)
+                    )  # fmt: skip
+                    rows.append((r, rate if sinr >= r.min_sinr else 0.0, sinr))
+            out.append((tx, rows))
+        return out
+
+    def apply(
+        self,
+        groups: list[tuple[Transmission, list[tuple[Reception, float, float]]]],
+        t: float,
+        step: float,
+    ) -> list[Reception]:
+        for _, rows in groups:
+            for r, rate, _ in rows:
+                need = send_time(r.remaining, rate)
+                r.band_time += r.band * min(need, step)
+        return super().apply(groups, t, step)
 
 
 class PermanentOutage(RuntimeError):

@@ -186,6 +186,7 @@ def registry_of(kind: str):
         "protocol": ("mecsim.protocols", "PROTOCOLS"),
         "scheduler": ("mecsim.policies.scheduling", "SCHEDULERS"),
         "power_control": ("mecsim.policies.power", "POWER_CONTROLS"),
+        "allocation": ("mecsim.policies.allocation", "ALLOCATIONS"),
     }[singular]
     return getattr(importlib.import_module(module), attribute)
 

@@ -14,6 +14,7 @@ LISTABLE = (
     "protocols",
     "schedulers",
     "power_controls",
+    "allocations",
 )
 DESCRIBABLE = (
     "algorithm",

@@ -30,6 +30,7 @@ from mecsim.executors import EXECUTORS
 from mecsim.learning.data import DATASETS, PARTITIONS, dataset_shape
 from mecsim.learning.devices import DEVICES
 from mecsim.learning.models import MODELS
+from mecsim.policies.allocation import ALLOCATIONS
 from mecsim.policies.power import POWER_CONTROLS
 from mecsim.policies.scheduling import SCHEDULERS, SchedulingSettings
 from mecsim.protocols import PROTOCOLS
@@ -205,21 +206,30 @@ def _check_scheduling(scenario: Scenario) -> list[Problem]:
                 "execution.cost_only = false",
             )
         )
+    uplink = scenario.network.uplink
+    if uplink.allocation not in ALLOCATIONS:
+        allowed = ", ".join(ALLOCATIONS.names())
+        problems.append(Problem("network.uplink.allocation", f"unknown bandwidth allocation "
+                                f"{uplink.allocation!r}; allowed: {allowed}"))  # fmt: skip
+    elif uplink.allocation != "fcfs" and uplink.total_bandwidth_mhz is None:
+        problems.append(Problem("network.uplink.allocation", f"{uplink.allocation!r} splits a "
+                                "finite band: set network.uplink.total_bandwidth_mhz"))  # fmt: skip
     power = scenario.network.uplink.power
     if power not in POWER_CONTROLS:
         allowed = ", ".join(POWER_CONTROLS.names())
         problems.append(Problem("network.uplink.power", f"unknown power control {power!r}; "
                                 f"allowed: {allowed}"))  # fmt: skip
-    elif power != "fixed" and (
-        len(scenario.network.cells) > 1 or scenario.clients.mobility.model != "static"
-    ):
-        problems.append(
-            Problem(
-                "network.uplink.power",
-                f"{power!r} runs on one cell of static clients for now (several cells and "
-                "moving clients share a medium whose powers are fixed); use power = 'fixed'",
+    medium = len(scenario.network.cells) > 1 or scenario.clients.mobility.model != "static"
+    for key, value, default in (("power", power, "fixed"), ("allocation", uplink.allocation,
+                                                             "fcfs")):  # fmt: skip
+        if value != default and medium:
+            problems.append(
+                Problem(
+                    f"network.uplink.{key}",
+                    f"{value!r} runs on one cell of static clients for now (several cells and "
+                    f"moving clients share a medium of fixed bands and powers); use {default!r}",
+                )
             )
-        )
     return problems
 
 

@@ -96,6 +96,7 @@ class Simulation(Transfers, Computing, ServerWork, Scheduling):
         """Each new client's adapted model, once it has joined."""
         self.indices = list(indices)  # read, never written: no copies of 100,000 dicts
         self.num_samples = [i["train"].shape[0] for i in self.indices]
+        network.data_sizes = self.num_samples  # an allocation in proportion to data reads it
         self.server_device = server_device
         self.evaluator = evaluator
         self.protocol = protocol

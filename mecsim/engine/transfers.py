@@ -221,9 +221,12 @@ class Transfers:
                 round_, client, "wait:spectrum", asked, granted, job=job, direction="up"
             )
         power_w = self.network.upload_power(client, nbytes)
-        if self.network.config.uplink.power != "fixed":
-            policy = self.network.config.uplink.power
-            self.recorder.decide(round_, granted, [client], [power_w], "power", policy)
+        uplink = self.network.config.uplink
+        if uplink.power != "fixed":
+            self.recorder.decide(round_, granted, [client], [power_w], "power", uplink.power)
+        if self.network.allocation.splits and uplink.total_bandwidth_mhz is not None:
+            mean_hz = r.band_time / r.duration_s if r.duration_s > 0 else 0.0
+            self.recorder.decide(round_, granted, [client], [mean_hz], "band", uplink.allocation)
         self._record_transfer(round_, job, client, r, nbytes, "upload", "up", power_w)
 
     def _cut_upload(

@@ -15,7 +15,10 @@ simulator asks it and records what it answers. The physics (see docs/design.md,
   broadcasts of the same payload started at the same instant are one.
 * **Uplink**: FDMA; each client transmits on its own bandwidth at its own
   power. With ``network.uplink.total_bandwidth_mhz`` the cell's band is
-  finite: an upload waits (first come, first served) until its bandwidth is free.
+  finite: an upload waits (first come, first served) until its bandwidth is free,
+  or, under ``network.uplink.allocation``, shares the band with the uploads on the
+  air (:class:`~mecsim.channels.sharing.SharedUplink`); ``network.uplink.power``
+  sets each upload's power within the client's maximum.
 * **Fading**: block fading, a new draw every ``network.coherence_ms`` from the
   stream ``(seed, "fading", direction, client, job, attempt)``; below
   ``network.min_snr_db`` a block carries nothing; a transfer unfinished after
@@ -52,6 +55,7 @@ from mecsim.channels.sharing import (
     PermanentOutage,
     Reception,
     SharedTransmitter,
+    SharedUplink,
     Transmission,
 )
 from mecsim.common.distributions import sample_attribute
@@ -65,6 +69,7 @@ from mecsim.net.link_checks import LinkChecks
 from mecsim.net.mobility import Trajectories
 from mecsim.net.radio import Broadcast, Delivery, MediumRadio, Radio
 from mecsim.net.settings import NetworkConfig, build_cells
+from mecsim.policies.allocation import ALLOCATIONS, Share
 from mecsim.policies.power import POWER_CONTROLS, Uplink
 
 if TYPE_CHECKING:
@@ -122,6 +127,9 @@ class Network(ClosedForms, LinkChecks):
             spectral_efficiency=config.spectral_efficiency,
         )
         self.power_control = POWER_CONTROLS.get(config.uplink.power)(config.uplink)
+        self.allocation = ALLOCATIONS.get(config.uplink.allocation)(config.uplink)
+        self.data_sizes: Sequence[int] | None = None
+        """Each client's training samples (the simulator tells; ``proportional`` uses it)."""
         self.server_bandwidth_hz = self.cells[0].bandwidth_hz
         self.server_tx_power_w = self.cells[0].tx_power_w
         self.medium: Medium | None = None
@@ -176,7 +184,12 @@ class Network(ClosedForms, LinkChecks):
         self._bands = None if hz is None else [
             simpy.Container(env, capacity=hz, init=hz) for _ in self.cells
         ]  # fmt: skip
-        """Each cell's free uplink band, Hz (a finite ``total_bandwidth_mhz``)."""
+        """Each cell's free uplink band, Hz (a finite ``total_bandwidth_mhz``, fcfs)."""
+        self._shared: Radio | None = None
+        """The cell's band split among the uploads on the air (an allocation policy)."""
+        if self.cell_hz is not None and self.allocation.splits:
+            self._shared = Radio(env, SharedUplink(self.cell_hz, self._split, {}))
+            self._bands = None
         self._open: dict[tuple, Broadcast] = {}
         self._live: dict[tuple, Reception] = {}  # uploads on the medium, by (client, key)
 
@@ -349,6 +362,8 @@ class Network(ClosedForms, LinkChecks):
         gets it back at the end, even after a handover; ``on_grant`` hears when it got it).
         Returns (when it got the spectrum, its reception)."""
         assert self.env is not None, "Network.bind(env) first"
+        if self._shared is not None:  # on the cell's band, split among the uploads on the air
+            return (yield from self._shared_upload(client, nbytes, key, on_grant))
         profile = self.clients[client]
         pool = None if self._bands is None else self._bands[self.cell_of(client)]
         if pool is not None:
@@ -371,6 +386,39 @@ class Network(ClosedForms, LinkChecks):
         if pool is not None:
             yield pool.put(round(profile.bandwidth_hz))
         return granted, reception
+
+    def _shared_upload(
+        self, client: int, nbytes: int, key: tuple, on_grant: Callable[[float], None] | None
+    ) -> Generator[simpy.Event, Any, tuple[float, Reception]]:
+        assert self._shared is not None and self.env is not None
+        granted = self.env.now
+        if on_grant is not None:
+            on_grant(granted)
+        reception = self._reception("up", client, nbytes, key)
+        self._shared.tx.powers[client] = self.upload_power(client, nbytes)  # type: ignore[attr-defined]
+        self._live[(client, key)] = reception
+        self._shared.start([Transmission([reception])])
+        ended = yield self._shared.event_of(reception)
+        del self._live[(client, key)]
+        return granted, ended
+
+    def _split(self, receptions: list[Reception], total_hz: float) -> list[float]:
+        """The allocation policy's bands for the uploads on the air now."""
+        powers = self._shared.tx.powers  # type: ignore[union-attr]
+
+        def rate(r: Reception) -> Callable[[float], float]:
+            def on(band_hz: float) -> float:
+                bps, sinr = r.rate(band_hz, powers[r.client], r.track.gain(r.block))
+                return bps if sinr >= r.min_sinr else 0.0
+
+            return on
+
+        sizes = self.data_sizes
+        shares = [
+            Share(r.client, r.remaining, 1.0 if sizes is None else sizes[r.client], rate(r))
+            for r in receptions
+        ]
+        return self.allocation.bands(shares, total_hz)
 
     def upload_power(self, client: int, nbytes: int) -> float:
         """The power ``client`` sends ``nbytes`` at (``network.uplink.power``), from what
@@ -395,6 +443,9 @@ class Network(ClosedForms, LinkChecks):
         medium: the upload on the air, as it stands now."""
         if self.medium is not None:
             self.sync()
+            return self._live[(client, key)]
+        if self._shared is not None:
+            self._shared._sync()
             return self._live[(client, key)]
         profile = self.clients[client]
         reception = self._reception("up", client, nbytes, key)

@@ -58,6 +58,11 @@ class UplinkConfig(LinkConfig):
         description="each cell's uplink band; uploads beyond it wait for spectrum, first come "
         "first served (default: unlimited, each client on its own band as KAPC Table 4)",
     )
+    allocation: str = Field(
+        default="fcfs",
+        description="how a finite cell band is shared: fcfs (each upload waits for its own "
+        "band), equal, proportional (to data) or min_max (all end together)",
+    )
     power: str = Field(
         default="fixed",
         description="power control of each upload: fixed (the client's maximum), "

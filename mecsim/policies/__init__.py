@@ -1,5 +1,6 @@
 """The radio resource decisions a wireless-FL study varies: which clients a round takes
-(``scheduling``) and each upload's transmit power (``power``), each as a small
+(``scheduling``), each upload's transmit power (``power``) and how a cell's band is
+shared (``allocation``), each as a small
 registered policy chosen in the scenario and pluggable with ``--import``.
 
 Policies see only what a real server could know when it decides (:mod:`.history`):
