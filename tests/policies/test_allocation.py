@@ -104,3 +104,38 @@ def test_check_run_refuses_bands_that_add_up_to_more_than_the_cell():
 )  # fmt: skip
 def test_bad_allocation_settings_are_one_line(tiny, refused, overrides, field):
     refused(tiny, overrides, field)
+
+
+def test_min_max_ends_unlike_uploads_at_the_time_an_independent_solution_predicts():
+    # three clients alike but for their distance start uploading together: the least T
+    # with sum_i b_i(T) = W, b_i(T) solving b log2(1 + P g_i / (N0 b)) = R_i / T
+    from scipy.optimize import brentq
+
+    overrides = [o for o in TWINS if not o.startswith(("clients.count", "clients.distance_m",
+                                                      "network.uplink.total"))]  # fmt: skip
+    overrides += [
+        "clients.count=3",
+        'clients.distance_m={dist="uniform", low=100, high=500}',
+        "network.uplink.total_bandwidth_mhz=10",
+        "network.uplink.allocation=min_max",
+        'network.downlink.broadcast_rate="worst"',  # downloads end together: so do computations
+    ]
+    result = mecsim.run(QUICKSTART, overrides, write=False)
+    up = result.events[result.events["phase"] == "upload"]
+    assert up["t_start"].nunique() == 1
+    distance = result.clients.set_index("client")["distance_m"].reindex(up["client"]).to_numpy()
+    assert len(set(np.round(distance))) == 3
+    bits = 8.0 * up["bytes"].to_numpy()
+    power, noise = 10 ** (23 / 10) / 1e3, 10 ** (-174 / 10) / 1e3
+    gain = 10 ** (-40 / 10) * distance**-4.0
+
+    def rate(i: int, b: float) -> float:
+        return b * math.log2(1 + power * gain[i] / (noise * b))
+
+    def band(i: int, t: float) -> float:
+        return brentq(lambda b: rate(i, b) - bits[i] / t, 1e-3, 10e6, xtol=1e-9, rtol=1e-14)
+
+    alone = max(bits[i] / rate(i, 10e6) for i in range(3))  # the slowest on the whole band
+    t_star = brentq(lambda t: sum(band(i, t) for i in range(3)) - 10e6, alone, 1e3,
+                    xtol=1e-15, rtol=1e-13)  # fmt: skip
+    np.testing.assert_allclose(up["duration_s"], t_star, rtol=1e-7)
