@@ -85,6 +85,22 @@ def _plugin_failed(error: BaseException) -> int | None:
     return 2
 
 
+def _parse(argv: Sequence[str] | None) -> argparse.Namespace | None:
+    """The command line's arguments; None (after one line) for a ``--set`` whose value
+    came loose (``--set key 5``), which argparse would call an unrecognized argument."""
+    parser = build_parser(__doc__)
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        bare = next((o for o in getattr(args, "overrides", []) if "=" not in o), None)
+        if bare is not None:
+            sys.stderr.write(
+                f"error: --set: {bare!r} has no value; write --set {bare}={extra[0]}\n"
+            )
+            return None
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    return args
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the process exit code.
 
@@ -94,16 +110,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     nothing is written at the target. Both signal handlers are installed here,
     also where the parent left SIGINT ignored (a script's background job).
     """
-    parser = build_parser(__doc__)
-    args, extra = parser.parse_known_args(argv)
-    if extra:
-        bare = next((o for o in getattr(args, "overrides", []) if "=" not in o), None)
-        if bare is not None:  # --set key value: the value came loose
-            sys.stderr.write(
-                f"error: --set: {bare!r} has no value; write --set {bare}={extra[0]}\n"
-            )
-            return 2
-        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    args = _parse(argv)
+    if args is None:
+        return 2
     # mecsim's own messages at INFO; other libraries' (torch's exit-time stats) from WARNING
     logging.basicConfig(level=logging.WARNING, format="%(message)s", stream=sys.stderr)
     logging.getLogger("mecsim").setLevel(logging.INFO)

@@ -126,10 +126,7 @@ class Network(ClosedForms, LinkChecks):
             noise_psd_dbm_hz=config.noise_psd_dbm_hz,
             spectral_efficiency=config.spectral_efficiency,
         )
-        self.power_control = POWER_CONTROLS.get(config.uplink.power)(config.uplink)
-        self.allocation = ALLOCATIONS.get(config.uplink.allocation)(config.uplink)
-        self.data_sizes: Sequence[int] | None = None
-        """Each client's training samples (the simulator tells; ``proportional`` uses it)."""
+        self._uplink_policies(config.uplink)
         self.server_bandwidth_hz = self.cells[0].bandwidth_hz
         self.server_tx_power_w = self.cells[0].tx_power_w
         self.medium: Medium | None = None
@@ -167,6 +164,12 @@ class Network(ClosedForms, LinkChecks):
                 np.array([c.cell for c in self.clients], dtype=np.int64),
             )
         self._check_outage()
+
+    def _uplink_policies(self, uplink: Any) -> None:
+        """Power control and bandwidth allocation of ``[network.uplink]``."""
+        self.power_control = POWER_CONTROLS.get(uplink.power)(uplink)
+        self.allocation = ALLOCATIONS.get(uplink.allocation)(uplink)
+        self.data_sizes: Sequence[int] | None = None  # told by the simulator (proportional)
 
     def bind(self, env: simpy.Environment) -> None:
         """Attach the network to the run's event clock (the simulator calls this)."""

@@ -143,6 +143,18 @@ def build_executor(
     return make_executor(name, ctx)
 
 
+def check_resumable(out: str | Path | None, write: bool) -> None:
+    """Refuse a ``--resume`` with nothing to continue (no run directory, a finished run)."""
+    if not write:
+        raise ConfigError("--resume", "resume continues a run directory; it needs write=True")
+    if out is not None and finished(Path(out)):
+        raise ConfigError(
+            "--resume",
+            f"{out} holds a finished run, nothing to continue: run without --resume into "
+            "another --out (or set output.overwrite = true to run it again)",
+        )
+
+
 def run(
     scenario: str | Path | dict[str, Any] | Scenario,
     overrides: list[str] | dict[str, Any] | None = None,
@@ -178,14 +190,8 @@ def run(
         mecsim.common.errors.MecsimError: bad input, named by its field, before any work.
     """
     sc = load_scenario(scenario, overrides)
-    if resume and not write:
-        raise ConfigError("--resume", "resume continues a run directory; it needs write=True")
-    if resume and out is not None and finished(Path(out)):
-        raise ConfigError(
-            "--resume",
-            f"{out} holds a finished run, nothing to continue: run without --resume into "
-            "another --out (or set output.overwrite = true to run it again)",
-        )
+    if resume:
+        check_resumable(out, write)
     run_dir = None
     if write:  # claim the target before any work: no other run can take it meanwhile
         if out is not None:

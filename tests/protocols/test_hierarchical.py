@@ -119,11 +119,13 @@ def test_the_ledger_invariants_hold_per_cell_radio_edge_device_and_backhaul(tiny
     checks = check_result(result)
     assert all(c.ok for c in checks), [c for c in checks if not c.ok]
     # every check examined the run but the closed-form link budget (several cells) and
-    # the handover breaks (static clients) and power limits (no power control)
+    # the handover breaks (static clients), power and band limits (no power control, no
+    # allocation)
     assert [c.name for c in checks if c.skipped] == [
         "link budget",
         "handover breaks",
         "power limits",
+        "band limits",
     ]
     edge = result.events[(result.events["phase"] == "aggregate") & (result.events["cell"] == 0)]
     assert len(edge) == 2  # on the jetson, 15 W: the row energy check covered them
