@@ -2,7 +2,9 @@
 
 * each upload went out at the power its ``power`` decision names (at the upload's
   start), or, without one, at its client's maximum (``tx_power_dbm``);
-* ``power limits``: no power decision exceeds its client's maximum or is negative.
+* ``power limits``: no power decision exceeds its client's maximum or is negative;
+* ``band limits``: no band decision exceeds the cell's band, and the uploads' band-time
+  stays within the cell's band x the time any was on the air.
 """
 
 from __future__ import annotations
@@ -10,7 +12,20 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from mecsim.analysis.invariants import RTOL, Check, _first
+from mecsim.analysis.invariants import RTOL, Check, _first, watts
+
+
+def _maxima(clients: pd.DataFrame) -> pd.Series:
+    """Each client's maximum transmit power, W (``tx_power_dbm``), by client."""
+    dbm = clients.set_index("client")["tx_power_dbm"]
+    return pd.Series(watts(dbm.to_numpy()), index=dbm.index)
+
+
+def _of_kind(decisions: pd.DataFrame | None, kind: str) -> pd.DataFrame | None:
+    """The decisions of ``kind`` (``power``, ``band``); None without a decisions table."""
+    if decisions is None or "decision" not in decisions:
+        return None
+    return decisions[decisions["decision"] == kind]
 
 
 def upload_powers(
@@ -20,13 +35,10 @@ def upload_powers(
     uploading = (
         (events["direction"] == "up") & (events["role"] == "sender") & (events["client"] >= 0)
     ).to_numpy()
-    maxima = 10 ** (clients.set_index("client")["tx_power_dbm"] / 10) / 1e3
     power = np.full(len(events), np.nan)
-    power[uploading] = maxima.reindex(events.loc[uploading, "client"]).to_numpy(dtype=float)
-    if decisions is None or "decision" not in decisions:
-        return power
-    chosen = decisions[decisions["decision"] == "power"]
-    if chosen.empty:
+    power[uploading] = _maxima(clients).reindex(events.loc[uploading, "client"]).to_numpy()
+    chosen = _of_kind(decisions, "power")
+    if chosen is None or chosen.empty:
         return power
     by_start = chosen.drop_duplicates(["client", "t"], keep="last").set_index(["client", "t"])
     keys = pd.MultiIndex.from_arrays(
@@ -40,15 +52,14 @@ def upload_powers(
 def power_limits(decisions: pd.DataFrame | None, clients: pd.DataFrame) -> Check:
     """No upload's power above its client's maximum, none negative."""
     check = Check("power limits")
-    if decisions is None or "decision" not in decisions:
+    chosen = _of_kind(decisions, "power")
+    if chosen is None:
         check.skipped = "no decisions table"
         return check
-    chosen = decisions[decisions["decision"] == "power"]
     if chosen.empty:
         check.skipped = "every upload at its client's maximum (network.uplink.power = fixed)"
         return check
-    maxima = 10 ** (clients.set_index("client")["tx_power_dbm"] / 10) / 1e3
-    limit = maxima.reindex(chosen["client"]).to_numpy(dtype=float)
+    limit = _maxima(clients).reindex(chosen["client"]).to_numpy()
     value = chosen["value"].to_numpy(dtype=float)
     bad = (value < 0) | (value > limit * (1 + RTOL)) | np.isnan(value)
     check.examined = len(chosen)
@@ -66,8 +77,7 @@ def band_limits(
     band-time the uploads used sums to at most ``W`` x the time any was on the air (an
     integral of ``sum_i b_i(t) <= W``): nothing creates bandwidth."""
     check = Check("band limits")
-    chosen = None if decisions is None or "decision" not in decisions else decisions
-    chosen = None if chosen is None else chosen[chosen["decision"] == "band"]
+    chosen = _of_kind(decisions, "band")
     total = (settings or {}).get("network.uplink.total_bandwidth_mhz")
     if chosen is None or chosen.empty or total is None:
         check.skipped = "no band decisions (network.uplink.allocation = fcfs)"

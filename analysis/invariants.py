@@ -85,6 +85,11 @@ class RunFacts:
     """Each cell's edge device's speed (None: unknown here)."""
 
 
+def watts(dbm: Any) -> Any:
+    """``dbm`` (a number or an array) in W: the checks' own unit conversion."""
+    return 10 ** (np.asarray(dbm, dtype=float) / 10) / 1e3
+
+
 def _close(a: np.ndarray, b: np.ndarray, atol: np.ndarray | float = 0.0) -> np.ndarray:
     return np.abs(a - b) <= RTOL * np.maximum(np.abs(a), np.abs(b)) + atol
 
@@ -398,10 +403,10 @@ def run_facts(settings: dict[str, Any]) -> RunFacts:
 
     edge = [_given(c.get("device"), device) for c in cells]
     return RunFacts(
-        server_tx_power_w=10 ** (dbm / 10) / 1e3,
+        server_tx_power_w=float(watts(dbm)),
         server_power_w=device_of(device, "power_w"),
         protocol=settings["protocol.kind"],
-        cell_tx_power_w=[10 ** (_given(c.get("tx_power_dbm"), dbm) / 10) / 1e3 for c in cells],
+        cell_tx_power_w=[float(watts(_given(c.get("tx_power_dbm"), dbm))) for c in cells],
         cell_power_w=[device_of(name, "power_w") for name in edge],
         backhaul=(backhaul[0] * 1e6, backhaul[1] / 1e3, backhaul[2] * 1e-9),
         server_flops_per_s=device_of(device, "flops_per_s"),

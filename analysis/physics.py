@@ -40,14 +40,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from mecsim.analysis.invariants import RTOL, Check, RunFacts, _clock_tol, _close, _first
-
-BUSY = ("download", "compute", "upload")
-"""Phase prefixes during which a client is busy; its other time in a round is idle."""
-
-
-def _dbm_to_w(dbm: Any) -> Any:
-    return 10 ** (np.asarray(dbm, dtype=float) / 10) / 1e3
+from mecsim.analysis.costs import BUSY
+from mecsim.analysis.invariants import RTOL, Check, RunFacts, _clock_tol, _close, _first, watts
 
 
 def compute_time(events: pd.DataFrame, clients: pd.DataFrame, facts: RunFacts) -> Check:
@@ -183,7 +177,7 @@ def link_budget(
         check.skipped = f"links vary ({why}): the replay recomputes them"
         return check
     gain = _gain(clients, settings)
-    noise_w_hz = _dbm_to_w(settings["network.noise_psd_dbm_hz"])
+    noise_w_hz = watts(settings["network.noise_psd_dbm_hz"])
     by_client = clients.set_index("client")
     uploads = (events["direction"] == "up") & (events["role"] == "sender")
     if settings.get("network.uplink.total_bandwidth_mhz") is not None:
@@ -196,7 +190,7 @@ def link_budget(
     from mecsim.analysis.decisions import upload_powers
 
     sent = upload_powers(rows, clients, decisions)  # power control's choice, or the maximum
-    power = np.where(up, sent, _dbm_to_w(settings["network.downlink.tx_power_dbm"]))
+    power = np.where(up, sent, watts(settings["network.downlink.tx_power_dbm"]))
     band = np.where(
         up,
         by_client["bandwidth_mhz"].reindex(rows["client"]).to_numpy() * 1e6,

@@ -33,13 +33,13 @@ from typing import Any
 
 from mecsim.common.errors import ConfigError, MecsimError
 from mecsim.common.file_keys import absolute_file_paths
-from mecsim.executors.ray_backend import connect, job_error
+from mecsim.executors.ray_backend import RAY_NAMES, connect, job_error
 
 log = logging.getLogger(__name__)
 
 TASK_RETRIES = 3
 """Times Ray re-runs a point whose node or worker process died."""
-RESOURCE_KEYS = {"num_cpus", "num_gpus", "memory"}
+RESOURCE_KEYS = frozenset(RAY_NAMES)
 """``--ray-resources`` keys Ray takes directly; any other name is a custom resource."""
 
 

@@ -48,6 +48,8 @@ def _check_names(scenario: Scenario) -> list[Problem]:
         ("algorithm.name", scenario.algorithm.name, ALGORITHMS),
         ("network.fading", scenario.network.fading, FADING),
         ("server.device", scenario.server.device, DEVICES),
+        ("network.uplink.power", scenario.network.uplink.power, POWER_CONTROLS),
+        ("network.uplink.allocation", scenario.network.uplink.allocation, ALLOCATIONS),
     ]
     if scenario.data.public_dataset is not None:
         checks.append(("data.public_dataset", scenario.data.public_dataset, DATASETS))
@@ -194,7 +196,8 @@ def _check_cells(scenario: Scenario) -> list[Problem]:
 
 def _check_scheduling(scenario: Scenario) -> list[Problem]:
     """A policy that ranks by what training reports cannot choose in a cost-only run;
-    power control runs on a single static cell's links."""
+    bandwidth allocation needs a finite band; power control and allocation run on a
+    single static cell's links (unknown names are :func:`_check_names`')."""
     problems = []
     policy = scenario.scheduling.policy
     if scenario.execution.cost_only and SCHEDULERS.get(policy).uses_training:
@@ -207,21 +210,17 @@ def _check_scheduling(scenario: Scenario) -> list[Problem]:
             )
         )
     uplink = scenario.network.uplink
-    if uplink.allocation not in ALLOCATIONS:
-        allowed = ", ".join(ALLOCATIONS.names())
-        problems.append(Problem("network.uplink.allocation", f"unknown bandwidth allocation "
-                                f"{uplink.allocation!r}; allowed: {allowed}"))  # fmt: skip
-    elif uplink.allocation != "fcfs" and uplink.total_bandwidth_mhz is None:
-        problems.append(Problem("network.uplink.allocation", f"{uplink.allocation!r} splits a "
-                                "finite band: set network.uplink.total_bandwidth_mhz"))  # fmt: skip
-    power = scenario.network.uplink.power
-    if power not in POWER_CONTROLS:
-        allowed = ", ".join(POWER_CONTROLS.names())
-        problems.append(Problem("network.uplink.power", f"unknown power control {power!r}; "
-                                f"allowed: {allowed}"))  # fmt: skip
+    if uplink.allocation != "fcfs" and uplink.total_bandwidth_mhz is None:
+        problems.append(
+            Problem(
+                "network.uplink.allocation",
+                f"{uplink.allocation!r} splits a finite band: set "
+                "network.uplink.total_bandwidth_mhz",
+            )
+        )
     medium = len(scenario.network.cells) > 1 or scenario.clients.mobility.model != "static"
-    for key, value, default in (("power", power, "fixed"), ("allocation", uplink.allocation,
-                                                             "fcfs")):  # fmt: skip
+    for key, value, default in (("power", uplink.power, "fixed"),
+                                ("allocation", uplink.allocation, "fcfs")):  # fmt: skip
         if value != default and medium:
             problems.append(
                 Problem(

@@ -10,6 +10,7 @@ arrive (the client's training loss, its update's norm, how long its job took).
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 
@@ -30,16 +31,19 @@ class Scheduling:
         """Use ``scheduler``; keep the history it needs (a policy that reads none, like
         ``uniform``, costs nothing per row)."""
         self.scheduler = scheduler
-        n = len(self.clients)
-        self.facts = ClientFacts(
-            np.asarray(self.num_samples, dtype=np.int64),
-            np.array([c.device.flops_per_s for c in self.clients], dtype=float),
-        )
-        self.history = ClientHistory(n) if scheduler.needs_history else None
+        self.history = ClientHistory(len(self.clients)) if scheduler.needs_history else None
         self.recorder.history = self.history
         if self.history is not None:
             self.bulk_rounds = False  # bulk rounds record no per-row reports
-        self._jobs_begun: dict[int, tuple[float, Payload | None, float]] = {}
+        self._jobs_begun: dict[int, tuple[float, float, float]] = {}
+        """Per client: when its job began, and the loss and update norm it will report."""
+
+    @functools.cached_property
+    def client_facts(self) -> ClientFacts:
+        """What the server knows of every client before the run (built at the first
+        choice that asks: a run whose rounds take every client never does)."""
+        flops = self.device_arrays["flops_per_s"]  # type: ignore[attr-defined]
+        return ClientFacts(np.asarray(self.num_samples, dtype=np.int64), flops)
 
     def select(
         self, round_: int, candidates: Sequence[int] | None = None, k: int | None = None
@@ -68,8 +72,9 @@ class Scheduling:
 
     def _view(self, round_: int, pool: list[int]) -> Candidates:
         if self.history is not None:
-            return self.history.view(round_, self.env.now, pool, self.facts)
-        return Candidates.known(round_, self.env.now, np.asarray(pool, np.int64), self.facts)
+            return self.history.view(round_, self.env.now, pool, self.client_facts)
+        ids = np.asarray(pool, np.int64)
+        return Candidates.known(round_, self.env.now, ids, self.client_facts)
 
     def job_begun(self, client: int, payload: Payload | None, result: JobResult) -> None:
         """A job of ``client`` started now from ``payload``: what it will report with its
