@@ -353,6 +353,12 @@ class ExecutionConfig(Section):
         description="training's arithmetic: fp32, or bf16 autocast for the forward pass "
         "(losses, gradients' sums and updates stay fp32; FLOPs are counted alike)",
     )
+    kernels: Literal["auto", "grouped_nhwc", "grouped_nchw", "gemm"] = Field(
+        default="auto",
+        description="batched: how a convolution over stacked clients runs; auto: one grouped "
+        "convolution on a CPU, on a GPU the fastest of the three per layer, timed once "
+        "(grouped_nhwc | grouped_nchw | gemm pin one)",
+    )
     ray_address: str | None = Field(
         default=None, description="Ray cluster address; None starts a local Ray instance"
     )

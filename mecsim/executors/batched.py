@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Sequence
+from itertools import accumulate
 
 import torch
 from torch import Tensor
@@ -41,11 +42,11 @@ from mecsim.learning.training import (
     Schedule,
     SplitData,
     TrainResult,
+    batch_order,
     clip_gradients,
     correct_,
     gather,
     sgd_update_,
-    step_batches,
 )
 
 
@@ -73,7 +74,7 @@ def train_batched(
     rank = sorted(range(len(starts)), key=lambda i: -steps_of[i])  # longest first (stable)
     steps = [steps_of[i] for i in rank]  # non-increasing
     total = steps[0]
-    batches = _lockstep_batches([step_batches(splits[i], steps_of[i]) for i in rank], total)
+    batches = _lockstep_batches([splits[i] for i in rank], steps)
     size = batches[primary].shape[2]
     trainable = schedule.trainable
     params = stack([starts[i].params for i in rank])
@@ -140,22 +141,41 @@ def train_batched(
     return results  # type: ignore[return-value]
 
 
-def _lockstep_batches(orders: list[TensorDict], total: int) -> TensorDict:
-    """Per split, the clients' batch orders stacked as [total, k, b] sample indices (a
-    client's last batch repeated past its end: those rows are never read); every client
-    must have the same b per split."""
-    for name in orders[0]:
-        sizes = {o[name].shape[1] for o in orders}
+def _lockstep_batches(splits: Sequence[dict[str, SplitData]], steps: Sequence[int]) -> TensorDict:
+    """Per split, the clients' batches as [total, k, b] dataset indices, in a number of
+    kernels that does not grow with k: each client's batch positions are drawn on its
+    (CPU) generator as the serial trainer draws them, stacked on the CPU, moved in one
+    copy and looked up in one gather from the clients' concatenated indices. A client's
+    last batch repeats past its end (those rows are never read); every client must have
+    the same b per split."""
+    total = steps[0]
+    batches = {}
+    for name in splits[0]:
+        members = [s[name] for s in splits]
+        sizes = {min(m.batch_size, len(m.indices)) for m in members}
         if len(sizes) != 1:
             raise ValueError(f"train_batched needs one batch size per group, got {sorted(sizes)}")
-    batches = {
-        name: torch.stack(
-            [torch.cat([o[name], o[name][-1:].expand(total - len(o[name]), -1)]) for o in orders],
+        size = sizes.pop()
+        positions = torch.stack(
+            [
+                _padded(batch_order(len(m.indices), n, size, m.generator), total)
+                for m, n in zip(members, steps, strict=True)
+            ],
             dim=1,
         )
-        for name in orders[0]
-    }
+        starts = torch.tensor([0, *accumulate(len(m.indices) for m in members)][:-1])
+        flat = torch.cat([m.indices for m in members])
+        batches[name] = flat[(positions + starts.view(1, -1, 1)).to(flat.device)]
     return batches
+
+
+def _padded(order: Tensor, total: int) -> Tensor:
+    """``order`` ([steps, b]) with its last row repeated up to ``total`` rows."""
+    if len(order) == total:
+        return order
+    if len(order) == 0:
+        return order.new_zeros(total, order.shape[1])
+    return torch.cat([order, order[-1:].expand(total - len(order), -1)])
 
 
 def _state_at(

@@ -32,7 +32,8 @@ from torch import Tensor, nn
 from torch.func import functional_call, vmap
 
 from mecsim.learning.models.layers import WEIGHTED
-from mecsim.learning.models.stacked import call_stacked, stacked_forward
+from mecsim.learning.models.stacked import call_stacked, client_convolutions, stacked_forward
+from mecsim.learning.models.stacked_conv import check_kernels
 from mecsim.learning.state import ModelState, TensorDict, stack
 
 if TYPE_CHECKING:
@@ -124,9 +125,16 @@ class ModelFunction:
     """
 
     def __init__(
-        self, model: nn.Module, hand_batched: bool = True, precision: str = "fp32"
+        self,
+        model: nn.Module,
+        hand_batched: bool = True,
+        precision: str = "fp32",
+        kernels: str = "auto",
     ) -> None:
         self.model = model
+        self.kernels = check_kernels(kernels)
+        """How convolutions over stacked clients run (``execution.kernels``, see
+        :mod:`mecsim.learning.models.stacked_conv`)."""
         self.precision = precision
         """``fp32``, or ``bf16``: the forward runs under bfloat16 autocast on a CPU or a
         GPU (matrix products and convolutions in bf16), its outputs cast back to fp32
@@ -150,13 +158,16 @@ class ModelFunction:
 
     def _forward(self, params: TensorDict, buffers: TensorDict, x: Tensor) -> Outputs:
         if self._stacked is not None:  # under vmap over clients: hand-batched when possible
-            outputs = call_stacked(self._stacked, params, buffers, x, self.model.training)
+            outputs = call_stacked(
+                self._stacked, params, buffers, x, self.model.training, self.kernels
+            )
             if outputs is not None:
                 return outputs
         sink: dict[str, Tensor] = {}
         previous, self._sink = self._sink, sink
         try:
-            logits = functional_call(self.model, (params, buffers), (x,))
+            with client_convolutions(x, self.kernels):  # under vmap on a GPU: measured
+                logits = functional_call(self.model, (params, buffers), (x,))
         finally:
             self._sink = previous
         return {"logits": logits, **sink}
@@ -179,10 +190,12 @@ class ModelFunction:
         return forward
 
 
-def model_functions(models: ModelCatalog, precision: str = "fp32") -> dict[str, ModelFunction]:
-    """Each architecture's functional forward, at ``execution.precision``."""
+def model_functions(
+    models: ModelCatalog, precision: str = "fp32", kernels: str = "auto"
+) -> dict[str, ModelFunction]:
+    """Each architecture's functional forward, at ``execution.precision`` and ``.kernels``."""
     return {
-        name: ModelFunction(arch.module, precision=precision)
+        name: ModelFunction(arch.module, precision=precision, kernels=kernels)
         for name, arch in models.architectures.items()
     }
 

@@ -465,7 +465,7 @@ def build_world(sc: Scenario, torch_device: torch.device) -> World:
     ctx = TrainingContext(
         algorithm,
         models,
-        model_functions(models, sc.execution.precision),
+        model_functions(models, sc.execution.precision, sc.execution.kernels),
         per_sample,
         {"train": (data.x_train, data.y_train), "public": public},
         sc.seed,

@@ -27,14 +27,17 @@ functorch level, runs through ``vmap``'s rules as before.
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.overrides import TorchFunctionMode
 
 from mecsim.learning.models.cnn import ConvNet
 from mecsim.learning.models.layers import WEIGHTED
+from mecsim.learning.models.stacked_conv import conv_clients, uses_formulations
 
 try:  # private functorch API (what torch.func.vmap itself uses); absent -> vmap's rules
     from torch._C._functorch import (
@@ -99,7 +102,12 @@ class StackedForward:
     buffers: frozenset[str]
 
     def __call__(
-        self, params: TensorDict, buffers: TensorDict, x: Tensor, training: bool
+        self,
+        params: TensorDict,
+        buffers: TensorDict,
+        x: Tensor,
+        training: bool,
+        kernels: str = "auto",
     ) -> dict[str, Tensor]:
         clients = x.shape[0]
         h, grouped = x, False  # grouped: [batch, clients * C, H, W]; else [clients, batch, ...]
@@ -112,7 +120,7 @@ class StackedForward:
                 h, grouped = _to_clients(h, clients), False
             if step.head:
                 features = _to_clients(h, clients) if grouped else h
-            h = _apply(step, h, params, buffers, clients, training)
+            h = _apply(step, h, params, buffers, clients, training, kernels)
         return {"logits": _to_clients(h, clients) if grouped else h, "features": features}
 
 
@@ -158,7 +166,13 @@ def _to_clients(h: Tensor, clients: int) -> Tensor:
 
 
 def _apply(
-    step: _Step, h: Tensor, params: TensorDict, buffers: TensorDict, clients: int, training: bool
+    step: _Step,
+    h: Tensor,
+    params: TensorDict,
+    buffers: TensorDict,
+    clients: int,
+    training: bool,
+    kernels: str,
 ) -> Tensor:
     module, p = step.module, step.prefix
     if isinstance(module, nn.ReLU):
@@ -180,17 +194,18 @@ def _apply(
         )
         return out.reshape(*h.shape[:-1], out.shape[-1])
     if isinstance(module, nn.Conv2d):
-        weight = params[p + "weight"]
         bias = None if module.bias is None else params[p + "bias"]
-        return F.conv2d(
-            h,
-            weight.reshape(-1, *weight.shape[2:]),
-            None if bias is None else bias.reshape(-1),
+        out = conv_clients(
+            _to_clients(h, clients),
+            params[p + "weight"],
+            bias,
             module.stride,
             module.padding,
             module.dilation,
-            module.groups * clients,
+            module.groups,
+            kernels,
         )
+        return out.transpose(0, 1).reshape(out.shape[1], -1, *out.shape[3:])  # grouped, a view
     return _batch_norm(module, p, h, params, buffers, training)
 
 
@@ -220,7 +235,12 @@ def _batch_norm(
 
 
 def call_stacked(
-    forward: StackedForward, params: TensorDict, buffers: TensorDict, x: Tensor, training: bool
+    forward: StackedForward,
+    params: TensorDict,
+    buffers: TensorDict,
+    x: Tensor,
+    training: bool,
+    kernels: str = "auto",
 ) -> dict[str, Tensor] | None:
     """Run ``forward`` on the physical tensors of the current vmap level.
 
@@ -247,6 +267,7 @@ def call_stacked(
         {k: _unbatch(v, level, clients, own=True) for k, v in buffers.items()},
         physical_x,
         training,
+        kernels,
     )
     return {k: _add_batch_dim(v, 0, level) for k, v in out.items()}
 
@@ -262,3 +283,66 @@ def _unbatch(t: Tensor, level: int, clients: int, own: bool = False) -> Tensor:
         return shared.clone() if own else shared
     physical, dim = _unwrap_batched(t, level)
     return physical.movedim(dim, 0)
+
+
+_CONV2D = (F.conv2d, torch.conv2d)
+
+
+class ClientConvolutions(TorchFunctionMode):
+    """Inside a vmap over clients, ``conv2d`` runs as
+    :func:`~mecsim.learning.models.stacked_conv.conv_clients` (the measured
+    formulation) instead of vmap's own rule; other calls run as usual. For models
+    the hand-batched pass does not support (ResNet's residual blocks)."""
+
+    def __init__(self, kernels: str = "auto") -> None:
+        super().__init__()
+        self.kernels = kernels
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func in _CONV2D:
+            out = _client_conv(self.kernels, *args, **kwargs)
+            if out is not None:
+                return out
+        return func(*args, **kwargs)
+
+
+def client_convolutions(x: Tensor, kernels: str = "auto") -> AbstractContextManager:
+    """:class:`ClientConvolutions` when ``x`` is batched by a vmap and the device uses
+    the formulations, else a context that changes nothing."""
+    if _add_batch_dim is None or not is_batchedtensor(x):
+        return nullcontext()
+    if not uses_formulations(x.device, kernels):
+        return nullcontext()
+    return ClientConvolutions(kernels)
+
+
+def _pair(value: int | tuple[int, ...]) -> tuple[int, int]:
+    return (value, value) if isinstance(value, int) else (value[0], value[-1])
+
+
+def _client_conv(kernels, x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    """The batched ``conv2d`` on physical tensors, or None to leave it to vmap's rule."""
+    if _add_batch_dim is None or isinstance(padding, str) or not is_batchedtensor(x):
+        return None
+    level = maybe_current_level()
+    tensors = [t for t in (x, weight, bias) if t is not None]
+    if level is None or maybe_get_level(x) != level or x.dim() != 4:
+        return None
+    if any(maybe_get_level(t) not in (-1, level) for t in tensors):
+        return None
+    if not uses_formulations(x.device, kernels):
+        return None
+    physical = _unbatch(x, level, 0)
+    clients = physical.shape[0]
+    out = conv_clients(
+        physical,
+        _unbatch(weight, level, clients),
+        None if bias is None else _unbatch(bias, level, clients),
+        _pair(stride),
+        _pair(padding),
+        _pair(dilation),
+        groups,
+        kernels,
+    )
+    return _add_batch_dim(out, 0, level)
