@@ -7,10 +7,14 @@ hand-batched where mecsim.learning.models.stacked supports it), (3) the same wit
 layer through vmap's batching rules, for comparison, and (4) the throughput
 bound: ONE model doing S steps of batch K*B (the same samples). Ratios are
 measured side by side in one process, the four interleaved, best of
-``--repeat`` each.
+``--repeat`` each. On a GPU it also times the batched trainer without CUDA
+graphs (``eager/graphed``), counts the kernels of one SGD step, batched and
+bound, with torch.profiler, and prints the convolution formulation chosen
+for each layer (``execution.kernels = "auto"``; ``--kernels`` pins one).
 
     python benchmarks/bench_local_training.py                 # CPU defaults
-    python benchmarks/bench_local_training.py --device cuda --clients 10 50 100 200
+    python benchmarks/bench_local_training.py --device cuda --clients 50 200 1000 \
+        --models cnn-small resnet18 --resnet-steps 5 --resnet-max-clients 100
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import torch
 from mecsim.algorithms.losses import cross_entropy_loss
 from mecsim.executors import train_batched
 from mecsim.learning.models import build_model
+from mecsim.learning.models.stacked_conv import MODES, choices
 from mecsim.learning.state import ModelState
 from mecsim.learning.training import ModelFunction, Schedule, SplitData, train
 
@@ -43,6 +48,28 @@ def timed(fn, device: torch.device) -> float:
     return time.perf_counter() - start
 
 
+def kernels_per_step(fn, steps: int) -> float:
+    """GPU kernels one call of ``fn`` launches, per SGD step (torch.profiler)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    events = prof.key_averages()
+    launched = sum(e.count for e in events if e.device_type == torch.autograd.DeviceType.CUDA)
+    return launched / max(steps, 1)
+
+
+def top_kernels(fn, rows: int) -> None:
+    """The GPU kernels that take most of one call of ``fn``'s time (torch.profiler)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    print(prof.key_averages().table(sort_by="self_device_time_total", row_limit=rows))
+
+
 def bench(
     model_name: str,
     clients: int,
@@ -51,12 +78,15 @@ def bench(
     device: torch.device,
     repeat: int,
     precision: str = "fp32",
+    kernels: str = "auto",
+    with_serial: bool = True,
+    profile_rows: int = 0,
 ) -> dict:
     shape, classes = CASES[model_name]
     model = build_model(model_name, input_shape=shape, num_classes=classes, seed=0).to(device)
-    function = ModelFunction(model, precision=precision)
-    vmapped = ModelFunction(model, hand_batched=False, precision=precision)  # vmap's rules
-    halved = ModelFunction(model, precision="bf16")  # the batched step under bf16 autocast
+    function = ModelFunction(model, precision=precision, kernels=kernels)
+    vmapped = ModelFunction(model, hand_batched=False, precision=precision, kernels=kernels)
+    halved = ModelFunction(model, precision="bf16", kernels=kernels)  # under bf16 autocast
     loss = cross_entropy_loss("train")
     per_client = steps * batch
     x = torch.randn(clients * per_client, *shape, device=device)
@@ -73,7 +103,7 @@ def bench(
                     y,
                     torch.arange(i * len(x) // count, (i + 1) * len(x) // count, device=device),
                     size,
-                    torch.Generator(device=device).manual_seed(i),
+                    torch.Generator().manual_seed(i),  # on the CPU, as mecsim's batch streams
                 )
             }
             for i in range(count)
@@ -95,9 +125,18 @@ def bench(
     def batched_bf16():
         train_batched(halved, [start] * clients, splits(batch, clients), schedule, loss)
 
-    cases = (("serial", serial), ("batched", batched), ("vmap", vmap_rules), ("bound", bound))
+    def batched_eager():
+        train_batched(
+            function, [start] * clients, splits(batch, clients), schedule, loss, cuda_graphs=False
+        )
+
+    cases = (("batched", batched), ("vmap", vmap_rules), ("bound", bound))
+    if with_serial:
+        cases = (("serial", serial), *cases)
     if precision == "fp32":
         cases += (("batched_bf16", batched_bf16),)
+    if device.type == "cuda":
+        cases += (("batched_eager", batched_eager),)
     for _, fn in cases:  # warm-up (allocator, kernels)
         fn()
     # interleaved, best of ``repeat`` each: a slow spell of a shared machine then slows
@@ -110,6 +149,12 @@ def bench(
         torch.cuda.reset_peak_memory_stats(device)
         batched()
         best["peak_gib"] = torch.cuda.max_memory_allocated(device) / 2**30
+        best["kernels_batched"] = kernels_per_step(batched, steps)
+        best["kernels_eager"] = kernels_per_step(batched_eager, steps)
+        best["kernels_bound"] = kernels_per_step(bound, steps)
+        if profile_rows:
+            top_kernels(batched, profile_rows)
+    best.setdefault("serial", float("nan"))
     return best
 
 
@@ -134,6 +179,18 @@ def main() -> None:
     )
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument(
+        "--serial-max-clients", type=int, default=None, help="skip the serial trainer above this"
+    )
+    parser.add_argument(
+        "--profile", type=int, default=0, help="GPU: print this many top kernels of a batched call"
+    )
+    parser.add_argument(
+        "--kernels",
+        choices=MODES,
+        default="auto",
+        help="execution.kernels: the stacked convolutions' formulation (auto: measured)",
+    )
+    parser.add_argument(
         "--cudnn-benchmark",
         action="store_true",
         help="let cuDNN time its convolution algorithms (deterministic ones only)",
@@ -143,7 +200,8 @@ def main() -> None:
     if args.cudnn_benchmark:
         torch.backends.cudnn.benchmark = True
         torch.backends.cudnn.deterministic = True
-    print(f"device={device} torch={torch.__version__} threads={torch.get_num_threads()}")
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    print(f"device={device} ({name}) torch={torch.__version__} threads={torch.get_num_threads()}")
     print(
         f"{'model':<10} {'clients':>7} {'steps':>5} {'serial s':>9} {'batched s':>9} {'bound s':>8}"
         f" {'serial/batched':>14} {'batched/bound':>13} {'vmap rules/bound':>16}"
@@ -156,8 +214,26 @@ def main() -> None:
             if resnet and k > args.resnet_max_clients:
                 continue
             repeat = 1 if resnet else args.repeat
-            t = bench(name, k, steps, args.batch, device, repeat, args.precision)
-            peak = f" {t['peak_gib']:>6.2f} GiB peak (batched)" if "peak_gib" in t else ""
+            with_serial = args.serial_max_clients is None or k <= args.serial_max_clients
+            t = bench(
+                name,
+                k,
+                steps,
+                args.batch,
+                device,
+                repeat,
+                args.precision,
+                args.kernels,
+                with_serial,
+                args.profile,
+            )
+            peak = ""
+            if "peak_gib" in t:
+                peak = (
+                    f" eager/graphed {t['batched_eager'] / t['batched']:.2f}x,"
+                    f" kernels/step {t['kernels_batched']:.0f} (eager {t['kernels_eager']:.0f})"
+                    f" vs bound {t['kernels_bound']:.0f}, {t['peak_gib']:.2f} GiB peak"
+                )
             halved = f" {t['batched_bf16'] / t['batched']:>10.2f}x" if "batched_bf16" in t else ""
             print(
                 f"{name:<10} {k:>7} {steps:>5} {t['serial']:>9.3f} {t['batched']:>9.3f} {t['bound']:>8.3f}"
@@ -165,6 +241,8 @@ def main() -> None:
                 f" {t['vmap'] / t['bound']:>15.2f}x{halved}{peak}",
                 flush=True,
             )
+    for layer, formulation in choices().items():
+        print(f"chosen: {formulation:<13} for {layer}")
 
 
 if __name__ == "__main__":

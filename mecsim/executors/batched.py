@@ -27,7 +27,6 @@ from itertools import accumulate
 
 import torch
 from torch import Tensor
-from torch.func import vmap
 
 from mecsim.executors.base import (
     TaskBatch,
@@ -35,6 +34,7 @@ from mecsim.executors.base import (
     TrainingContext,
     metered_training_flops,
 )
+from mecsim.executors.lockstep import Lockstep
 from mecsim.learning.state import ModelState, TensorDict, stack
 from mecsim.learning.training import (
     Loss,
@@ -43,15 +43,7 @@ from mecsim.learning.training import (
     SplitData,
     TrainResult,
     batch_order,
-    clip_gradients,
-    correct_,
-    gather,
-    sgd_update_,
 )
-
-
-def _prefix(tensors: TensorDict, n: int) -> TensorDict:
-    return {k: v[:n] for k, v in tensors.items()}
 
 
 def train_batched(
@@ -61,6 +53,7 @@ def train_batched(
     schedule: Schedule,
     loss: Loss,
     consts: Sequence[TensorDict] | None = None,
+    cuda_graphs: bool = True,
 ) -> list[TrainResult]:
     """Train several clients of one architecture in lockstep; same results as ``train``.
 
@@ -68,6 +61,8 @@ def train_batched(
     are stacked longest first, so the ones still training are always a
     prefix of the stack: when a client has done its steps its state is set
     aside and the stack shrinks, and no step computes a finished client.
+    ``cuda_graphs``: on a GPU, replay each segment's step as a CUDA graph
+    (:mod:`mecsim.executors.lockstep`).
     """
     primary = next(iter(splits[0]))
     steps_of = [schedule.num_steps(len(s[primary].indices)) for s in splits]
@@ -76,60 +71,30 @@ def train_batched(
     total = steps[0]
     batches = _lockstep_batches([splits[i] for i in rank], steps)
     size = batches[primary].shape[2]
-    trainable = schedule.trainable
     params = stack([starts[i].params for i in rank])
-    names = [n for n in params if trainable is None or n in trainable]
+    names = [n for n in params if schedule.trainable is None or n in schedule.trainable]
     learn = {n: params[n] for n in names}
     frozen = {n: v for n, v in params.items() if n not in learn}
     buffers = stack([starts[i].buffers for i in rank])
     constants = stack([consts[i] for i in rank]) if consts and consts[0] else {}
-    template = splits[0]
-
-    def step_loss(learn, frozen, buffers, batch, consts):
-        buffers = {n: b.clone() for n, b in buffers.items()}  # BN updates these in place
-        current = {**frozen, **learn}
-        value = loss(function.bind(current, buffers), current, batch, consts)
-        return value, buffers
-
-    losses = vmap(step_loss)
-    loss_sums: Tensor | None = None  # each client's summed step losses, in stack order
-    momentum: TensorDict = {}
+    state = (learn, frozen, buffers, constants)
+    lockstep = Lockstep(function, splits[0], schedule, loss, state, len(rank))
     finished: list[ModelState] = []  # in stack order, filled from the end
-    active = len(rank)
     function.model.train()
-    for t in range(total):
+    t = 0
+    while t < total:
         still = sum(1 for n in steps if n > t)
-        if still < active:  # clients [still, active) are done: set their state aside
-            for position in reversed(range(still, active)):
-                finished.append(_state_at(position, learn, frozen, buffers, params))
-            learn, frozen, buffers = (
-                _prefix(learn, still),
-                _prefix(frozen, still),
-                _prefix(buffers, still),
-            )
-            momentum, constants = _prefix(momentum, still), _prefix(constants, still)
-            active = still
-        batch = gather(template, {name: b[t, :active] for name, b in batches.items()})
-        leaves = {n: v.detach().requires_grad_(True) for n, v in learn.items()}
-        values, new_buffers = losses(leaves, frozen, buffers, batch, constants)
-        if loss_sums is None:  # on the losses' device: no sync per step
-            loss_sums = values.new_zeros(len(rank))
-        loss_sums[:active] += values.detach()
-        # clients are independent: the gradient of the sum is each client's own gradient
-        grads = dict(
-            zip(names, torch.autograd.grad(values.sum(), list(leaves.values())), strict=True)
-        )
-        with torch.no_grad():  # the stacks are this function's own: updated in place
-            if schedule.max_grad_norm is not None:
-                grads = clip_gradients(grads, schedule.max_grad_norm, stacked=True)
-            momentum = sgd_update_(learn, grads, momentum, schedule)
-            correct_(learn, constants, schedule)
-        buffers = {n: v.detach() for n, v in new_buffers.items()}
-    for position in reversed(range(active)):
-        finished.append(_state_at(position, learn, frozen, buffers, params))
+        if still < lockstep.active:  # clients [still, active) are done: set their state aside
+            finished.extend(_set_aside(lockstep, range(lockstep.active - 1, still - 1, -1), params))
+            lockstep.shrink(still)
+        end = steps[still - 1]  # the next departure: every shape stays until then
+        lockstep.segment(batches, t, end, cuda_graphs)
+        t = end
+    finished.extend(_set_aside(lockstep, range(lockstep.active - 1, -1, -1), params))
     finished.reverse()
     results: list[TrainResult | None] = [None] * len(rank)
-    summed = [0.0] * len(rank) if loss_sums is None else loss_sums.tolist()
+    sums = lockstep.loss_sums
+    summed = [0.0] * len(rank) if sums is None else sums.tolist()
     mean_loss = [total / max(n, 1) for total, n in zip(summed, steps, strict=True)]
     for position, client in enumerate(rank):
         results[client] = TrainResult(
@@ -165,7 +130,8 @@ def _lockstep_batches(splits: Sequence[dict[str, SplitData]], steps: Sequence[in
         )
         starts = torch.tensor([0, *accumulate(len(m.indices) for m in members)][:-1])
         flat = torch.cat([m.indices for m in members])
-        batches[name] = flat[(positions + starts.view(1, -1, 1)).to(flat.device)]
+        positions = positions.to(flat.device) + starts.to(flat.device).view(1, -1, 1)
+        batches[name] = flat[positions]
     return batches
 
 
@@ -178,14 +144,17 @@ def _padded(order: Tensor, total: int) -> Tensor:
     return torch.cat([order, order[-1:].expand(total - len(order), -1)])
 
 
-def _state_at(
-    position: int, learn: TensorDict, frozen: TensorDict, buffers: TensorDict, params: TensorDict
-) -> ModelState:
-    """Client ``position``'s state in the stack (parameters in the order of ``params``)."""
-    return ModelState(
-        {n: (learn[n][position] if n in learn else frozen[n][position]).detach() for n in params},
-        {n: b[position] for n, b in buffers.items()},
-    )
+def _set_aside(lockstep: Lockstep, positions: range, params: TensorDict) -> list[ModelState]:
+    """The states of the clients at ``positions`` of the stack (parameters in the order of
+    ``params``)."""
+    learn, frozen, buffers = lockstep.learn, lockstep.frozen, lockstep.buffers
+    return [
+        ModelState(
+            {n: (learn[n][p] if n in learn else frozen[n][p]).detach() for n in params},
+            {n: b[p] for n, b in buffers.items()},
+        )
+        for p in positions
+    ]
 
 
 def train_grouped(

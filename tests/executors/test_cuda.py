@@ -100,3 +100,97 @@ def test_the_hand_batched_forward_on_cuda_equals_vmap_rules(name, full_float32):
     torch.testing.assert_close(hand[0], rules[0], rtol=1e-5, atol=1e-5)
     for a, b in zip(hand[1], rules[1], strict=True):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+def _graph_case(steps_per_client):
+    """A BatchNorm CNN, clients of different lengths (several segments), momentum."""
+    from mecsim.learning.models import build_model
+    from mecsim.learning.state import ModelState
+    from mecsim.learning.training import ModelFunction, Schedule, SplitData
+
+    model = build_model("cnn-small-bn", input_shape=(1, 8, 8), num_classes=10, seed=0).cuda()
+    g = torch.Generator(device="cuda").manual_seed(0)
+    n = sum(steps_per_client) * 8
+    x = torch.randn(n, 1, 8, 8, device="cuda", generator=g)
+    y = torch.randint(0, 10, (n,), device="cuda", generator=g)
+    bounds = [0]
+    for steps in steps_per_client:
+        bounds.append(bounds[-1] + steps * 8)
+    splits = [
+        {"train": SplitData(x, y, torch.arange(a, b, device="cuda"), 8, torch.Generator())}
+        for a, b in zip(bounds, bounds[1:], strict=False)
+    ]
+    for i, split in enumerate(splits):
+        split["train"].generator.manual_seed(i)
+    schedule = Schedule(epochs=1, batch_size=8, lr=0.05, momentum=0.9, weight_decay=1e-4)
+    starts = [ModelState.of(model)] * len(splits)
+    return ModelFunction(model), starts, splits, schedule
+
+
+@pytest.mark.parametrize("syncs", [False, True], ids=["captured", "falls-back"])
+def test_cuda_graph_steps_give_the_eager_steps_results(syncs):
+    """Replayed steps (segments of 12, 9 and 3 steps) give the eager trainer's states and
+    losses bit for bit; a loss that reads a value back to the host cannot be captured and
+    trains eagerly instead."""
+    from mecsim.algorithms.losses import cross_entropy_loss
+    from mecsim.executors import train_batched
+
+    base = cross_entropy_loss("train")
+
+    def loss(forward, params, batch, consts):
+        value = base(forward, params, batch, consts)
+        if syncs and bool(torch.isnan(batch["train"]["x"]).any()):  # a host read
+            raise AssertionError("no NaN inputs here")
+        return value
+
+    function, starts, splits, schedule = _graph_case([12, 21, 24, 3])
+    eager = train_batched(function, starts, splits, schedule, loss, cuda_graphs=False)
+    graphed = train_batched(function, starts, splits, schedule, loss, cuda_graphs=True)
+    for a, b in zip(eager, graphed, strict=True):
+        assert a.steps == b.steps and a.loss == b.loss
+        for name, value in a.state.params.items():
+            assert torch.equal(value, b.state.params[name]), name
+        for name, value in a.state.buffers.items():
+            assert torch.equal(value, b.state.buffers[name]), name
+
+
+def test_the_graphs_replay_instead_of_launching_every_kernel(monkeypatch):
+    from mecsim.algorithms.losses import cross_entropy_loss
+    from mecsim.executors import lockstep, train_batched
+
+    steps = []
+    original = lockstep.Lockstep.step
+    monkeypatch.setattr(
+        lockstep.Lockstep, "step", lambda self, i: steps.append(1) or original(self, i)
+    )
+    function, starts, splits, schedule = _graph_case([20, 20])
+    train_batched(function, starts, splits, schedule, cross_entropy_loss("train"))
+    assert len(steps) == lockstep.WARM_STEPS + 1  # two warm-up steps and the capture
+
+
+@pytest.mark.parametrize("kernels", ["grouped_nhwc", "grouped_nchw", "gemm"])
+def test_every_formulation_on_cuda_is_every_clients_own_convolution(kernels, full_float32):
+    import torch.nn.functional as F
+
+    from mecsim.learning.models.stacked_conv import conv_clients
+
+    g = torch.Generator(device="cuda").manual_seed(0)
+    x = torch.randn(5, 4, 16, 4, 4, device="cuda", generator=g)
+    w = torch.randn(5, 32, 16, 3, 3, device="cuda", generator=g)
+    b = torch.randn(5, 32, device="cuda", generator=g)
+    out = conv_clients(x, w, b, (1, 1), (1, 1), (1, 1), 1, kernels)
+    expected = torch.stack([F.conv2d(x[i], w[i], b[i], padding=1) for i in range(5)])
+    torch.testing.assert_close(out, expected, rtol=1e-4, atol=1e-4)
+
+
+def test_auto_times_the_formulations_once_per_layer_shape():
+    from mecsim.learning.models import stacked_conv
+
+    x = torch.randn(7, 4, 16, 4, 4, device="cuda")
+    w = torch.randn(7, 32, 16, 3, 3, device="cuda")
+    before = len(stacked_conv.choices())
+    for _ in range(3):
+        stacked_conv.conv_clients(x, w, None, (1, 1), (1, 1), (1, 1))
+    chosen = stacked_conv.choices()
+    assert len(chosen) == before + 1
+    assert set(chosen.values()) <= set(stacked_conv.FORMULATIONS)

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Issue 50's GPU checks in one call of a lent GPU machine, from the repository root:
+# mecsim's pure-Python needs as wheels in .whl/ (see benchmarks/README.md), the CUDA
+# tests, the batched trainer against the bound, and the quickstart scaled up, CPU vs GPU.
+# Logs go to $OUT (the device tool brings them back); the summary is printed last.
+set -u
+OUT=${OUT:-/tmp/gpu-check}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .whl/*.whl || exit 1
+rm -rf /tmp/pkg && mkdir -p /tmp/pkg && cp -r mecsim /tmp/pkg/
+for d in channels algorithms analysis; do ln -sfn "$PWD/$d" "/tmp/pkg/mecsim/$d"; done
+export PYTHONPATH=/tmp/pkg:/tmp/site
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+python3 -c "import torch, mecsim; print('torch', torch.__version__, torch.cuda.get_device_name())"
+date -u
+timeout "${TESTS_S:-150}" python3 -m pytest -q -p no:cacheprovider tests/executors/test_cuda.py \
+    tests/algorithms/test_spectral.py tests/learning/models/test_stacked_conv.py \
+    >"$OUT/tests.log" 2>&1
+tail -15 "$OUT/tests.log"
+timeout "${CNN_S:-200}" python3 benchmarks/bench_local_training.py --device cuda \
+    --models cnn-small --clients 50 200 1000 --steps 20 --batch 16 --repeat 2 \
+    --serial-max-clients 200 --profile "${PROFILE_ROWS:-0}" >"$OUT/bench_cnn.log" 2>&1
+timeout "${RESNET_S:-150}" python3 benchmarks/bench_local_training.py --device cuda \
+    --models resnet18 --clients 10 100 --resnet-steps 5 --resnet-max-clients 100 --batch 10 \
+    --serial-max-clients 10 --repeat 1 --profile "${PROFILE_ROWS:-0}" >"$OUT/bench_resnet.log" 2>&1
+timeout "${QUICK_S:-150}" python3 benchmarks/bench_device_quickstart.py --clients 200 1000 \
+    --set data.dataset=mnist-5k --set data.partition=iid --set protocol.rounds=3 \
+    >"$OUT/quickstart.log" 2>&1
+echo "=== summary"
+grep -E "passed|failed|error" "$OUT/tests.log" | tail -3
+grep -vE "^chosen|^ *$" "$OUT/bench_cnn.log" | tail -6
+grep -vE "^chosen|^ *$" "$OUT/bench_resnet.log" | tail -4
+tail -5 "$OUT/quickstart.log"
