@@ -9,23 +9,24 @@ mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target /tmp/site .whl/*.whl || exit 1
-rm -rf /tmp/pkg && mkdir -p /tmp/pkg && cp -r mecsim /tmp/pkg/
-for d in channels algorithms analysis; do ln -sfn "$PWD/$d" "/tmp/pkg/mecsim/$d"; done
-export PYTHONPATH=/tmp/pkg:/tmp/site
+# mecsim without installing it (no build tools needed): the subpackages that live beside
+# mecsim/ in the repository (pyproject's package-dir) linked into it on this copy
+for d in channels algorithms analysis; do ln -sfn "$PWD/$d" "mecsim/$d"; done
+export PYTHONPATH=$PWD:/tmp/site
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 python3 -c "import torch, mecsim; print('torch', torch.__version__, torch.cuda.get_device_name())"
 date -u
-timeout "${TESTS_S:-150}" python3 -m pytest -q -p no:cacheprovider tests/executors/test_cuda.py \
+timeout "${TESTS_S:-120}" python3 -m pytest -q -p no:cacheprovider tests/executors/test_cuda.py \
     tests/algorithms/test_spectral.py tests/learning/models/test_stacked_conv.py \
     >"$OUT/tests.log" 2>&1
 tail -15 "$OUT/tests.log"
-timeout "${CNN_S:-200}" python3 benchmarks/bench_local_training.py --device cuda \
+timeout "${CNN_S:-160}" python3 benchmarks/bench_local_training.py --device cuda \
     --models cnn-small --clients 50 200 1000 --steps 20 --batch 16 --repeat 2 \
     --serial-max-clients 200 --profile "${PROFILE_ROWS:-0}" >"$OUT/bench_cnn.log" 2>&1
-timeout "${RESNET_S:-150}" python3 benchmarks/bench_local_training.py --device cuda \
+timeout "${RESNET_S:-100}" python3 benchmarks/bench_local_training.py --device cuda \
     --models resnet18 --clients 10 100 --resnet-steps 5 --resnet-max-clients 100 --batch 10 \
     --serial-max-clients 10 --repeat 1 --profile "${PROFILE_ROWS:-0}" >"$OUT/bench_resnet.log" 2>&1
-timeout "${QUICK_S:-150}" python3 benchmarks/bench_device_quickstart.py --clients 200 1000 \
+timeout "${QUICK_S:-120}" python3 benchmarks/bench_device_quickstart.py --clients 200 1000 \
     --set data.dataset=mnist-5k --set data.partition=iid --set protocol.rounds=3 \
     >"$OUT/quickstart.log" 2>&1
 echo "=== summary"

@@ -25,6 +25,7 @@ one.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 
@@ -146,23 +147,37 @@ def _choose(x, weight, bias, stride, padding, dilation, groups) -> str:
 
 
 def _fastest(x, weight, bias, stride, padding, dilation, groups, repeat: int = 3) -> str:
-    """The formulation whose forward + backward on copies of these tensors is fastest."""
-    with torch._C._DisableFuncTorch(), torch.enable_grad():
-        inputs = [t.detach().clone().requires_grad_(True) for t in (x, weight)]
-        extra = None if bias is None else bias.detach().clone().requires_grad_(True)
-        best, fastest = float("inf"), "grouped_nhwc"
-        for name, conv in FORMULATIONS.items():
-            try:
-                elapsed = []
-                for _ in range(repeat + 1):  # the first is a warm-up (cuDNN's search, caches)
-                    torch.cuda.synchronize(x.device)
-                    start = time.perf_counter()
-                    out = conv(*inputs, extra, stride, padding, dilation, groups)
-                    out.float().sum().backward()
-                    torch.cuda.synchronize(x.device)
-                    elapsed.append(time.perf_counter() - start)
-            except torch.cuda.OutOfMemoryError:
-                continue
-            if min(elapsed[1:]) < best:
-                best, fastest = min(elapsed[1:]), name
-        return fastest
+    """The formulation whose forward + backward on copies of these tensors is fastest.
+
+    Timed on a thread of its own: the caller is inside a vmap, whose transform stack
+    belongs to its thread, and the copies must be plain tensors with their own autograd.
+    """
+    tensors = [t.detach().clone() for t in (x, weight)]
+    extra = None if bias is None else bias.detach().clone()
+    times: dict[str, float] = {}
+    worker = threading.Thread(
+        target=_time_all, args=(tensors, extra, (stride, padding, dilation, groups), repeat, times)
+    )
+    worker.start()
+    worker.join()
+    return min(times, key=times.get) if times else "grouped_nhwc"
+
+
+def _time_all(tensors, bias, layer, repeat: int, times: dict[str, float]) -> None:
+    """Best-of-``repeat`` seconds of each formulation's forward + backward into ``times``."""
+    device = tensors[0].device
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda _: None)
+    inputs = [t.requires_grad_(True) for t in tensors]
+    extra = None if bias is None else bias.requires_grad_(True)
+    for name, conv in FORMULATIONS.items():
+        elapsed = []
+        try:
+            for _ in range(repeat + 1):  # the first is a warm-up (cuDNN's search, caches)
+                sync(device)
+                start = time.perf_counter()
+                conv(*inputs, extra, *layer).float().sum().backward()
+                sync(device)
+                elapsed.append(time.perf_counter() - start)
+        except torch.OutOfMemoryError:
+            continue
+        times[name] = min(elapsed[1:])

@@ -90,3 +90,16 @@ def test_a_pinned_formulation_trains_as_vmaps_rules(model_name, monkeypatch):
     torch.testing.assert_close(values, reference[0], rtol=1e-5, atol=1e-6)
     for a, e in zip(grads, reference[1], strict=True):
         torch.testing.assert_close(a, e, rtol=1e-4, atol=1e-5)
+
+
+def test_timing_the_formulations_works_from_inside_a_vmap():
+    """The choice is timed where the layer first runs: inside the batched step's vmap."""
+    chosen = []
+    physical, weight = torch.randn(3, 4, 2, 5, 5), torch.randn(3, 6, 2, 3, 3)  # a stand-in
+
+    def per_client(x, w):
+        chosen.append(stacked_conv._fastest(physical, weight, None, (1, 1), (1, 1), (1, 1), 1))
+        return x.sum() * w.sum()
+
+    vmap(per_client)(torch.randn(3, 4, 2, 5, 5), torch.randn(3, 6, 2, 3, 3))
+    assert chosen and chosen[0] in FORMULATIONS
