@@ -235,8 +235,6 @@ def _run(
 ) -> RunResult:
     """Build everything and simulate (``run`` after the target is claimed)."""
     torch_device = resolve_device(device)
-    if torch_device.type == "cuda":  # cuDNN times its algorithms per shape, deterministic ones
-        torch.backends.cudnn.benchmark = torch.backends.cudnn.deterministic = True
     if sc.execution.cost_only and sc.execution.threads == "auto":  # no CPUs to sample
         threads = torch.get_num_threads()
     else:

@@ -345,4 +345,5 @@ def _client_conv(kernels, x, weight, bias=None, stride=1, padding=0, dilation=1,
         groups,
         kernels,
     )
-    return _add_batch_dim(out, 0, level)
+    # contiguous: vmap's rules for the next layer (BatchNorm) query the physical layout
+    return _add_batch_dim(out.contiguous(), 0, level)

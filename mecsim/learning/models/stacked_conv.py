@@ -9,9 +9,10 @@ is fastest depends on the device and the layer's shape:
   channels-last or plain layout. oneDNN runs it near the shared-weight bound
   on a CPU; cuDNN does so for wide images but runs some small layers one
   group at a time (a kernel per client, so a step's kernels grow with K).
-* ``gemm``: the input unfolded once (im2col) and one batched matrix product
-  per layer, ``[K, Cout, Cin*kh*kw] @ [K, Cin*kh*kw, B*Ho*Wo]``: a constant
-  number of kernels whatever K, at the price of the unfolded copy.
+* ``gemm``: the input's sliding windows copied once (im2col, from a view) and
+  one batched matrix product per layer, ``[K, Cout, Cin*kh*kw] @
+  [K, Cin*kh*kw, B*Ho*Wo]``: a constant number of kernels whatever K, at the
+  price of the unfolded copy.
 
 :func:`conv_clients` picks one per layer. ``kernels="auto"`` (the default,
 ``execution.kernels``) uses ``grouped_nhwc`` on a CPU (measured there: see
@@ -81,22 +82,25 @@ def _grouped(channels_last: bool) -> Formulation:
 
 
 def _gemm(x, weight, bias, stride, padding, dilation, groups):
-    clients, batch, channels, height, width = x.shape
+    clients, batch, channels = x.shape[:3]
     out_channels, kh, kw = weight.shape[1], weight.shape[3], weight.shape[4]
-    rows = (height + 2 * padding[0] - dilation[0] * (kh - 1) - 1) // stride[0] + 1
-    cols_ = (width + 2 * padding[1] - dilation[1] * (kw - 1) - 1) // stride[1] + 1
-    cols = F.unfold(
-        x.reshape(clients * batch, channels, height, width), (kh, kw), dilation, padding, stride
+    padded = F.pad(x, (padding[1], padding[1], padding[0], padding[0])) if any(padding) else x
+    # sliding windows as a view (Tensor.unfold, whose backward is one kernel; F.unfold
+    # would launch one im2col kernel per sample): [K, B, Cin, Ho, Wo, kh, kw]
+    windows = padded.unfold(3, dilation[0] * (kh - 1) + 1, stride[0])
+    windows = windows.unfold(4, dilation[1] * (kw - 1) + 1, stride[1])
+    windows = windows[..., :: dilation[0], :: dilation[1]]
+    rows, columns = windows.shape[3], windows.shape[4]
+    # -> [K*g, Cin/g*kh*kw, B*Ho*Wo]: one copy, whatever K
+    cols = windows.permute(0, 2, 5, 6, 1, 3, 4).reshape(
+        clients * groups, -1, batch * rows * columns
     )
-    # [K*B, Cin*kh*kw, L] -> [K*g, Cin/g*kh*kw, B*L]: one copy, whatever K
-    cols = cols.view(clients, batch, groups, -1, rows * cols_).permute(0, 2, 3, 1, 4)
-    cols = cols.reshape(clients * groups, -1, batch * rows * cols_)
     w = weight.reshape(clients * groups, out_channels // groups, -1)
     if bias is None:
         out = torch.bmm(w, cols)
     else:
         out = torch.baddbmm(bias.reshape(clients * groups, -1, 1), w, cols)
-    return out.view(clients, out_channels, batch, rows, cols_).transpose(1, 2)
+    return out.view(clients, out_channels, batch, rows, columns).transpose(1, 2)
 
 
 FORMULATIONS: dict[str, Formulation] = {
@@ -127,10 +131,11 @@ def conv_clients(
 def _choose(x, weight, bias, stride, padding, dilation, groups) -> str:
     if x.device.type != "cuda":
         return "grouped_nhwc"
-    key = (
+    key = (  # the client count to the next power of two: a run's groups shrink step by step
         torch.cuda.get_device_name(x.device),
-        tuple(x.shape),
-        tuple(weight.shape),
+        1 << (x.shape[0] - 1).bit_length(),
+        tuple(x.shape[1:]),
+        tuple(weight.shape[1:]),
         bias is not None,
         stride,
         padding,
@@ -155,16 +160,27 @@ def _fastest(x, weight, bias, stride, padding, dilation, groups, repeat: int = 3
     tensors = [t.detach().clone() for t in (x, weight)]
     extra = None if bias is None else bias.detach().clone()
     times: dict[str, float] = {}
+    device = x.device.type
+    autocast = (torch.is_autocast_enabled(device), torch.get_autocast_dtype(device))
+    layer = (stride, padding, dilation, groups)
     worker = threading.Thread(
-        target=_time_all, args=(tensors, extra, (stride, padding, dilation, groups), repeat, times)
+        target=_time_all, args=(tensors, extra, layer, autocast, repeat, times)
     )
     worker.start()
     worker.join()
     return min(times, key=times.get) if times else "grouped_nhwc"
 
 
-def _time_all(tensors, bias, layer, repeat: int, times: dict[str, float]) -> None:
-    """Best-of-``repeat`` seconds of each formulation's forward + backward into ``times``."""
+def _time_all(tensors, bias, layer, autocast, repeat: int, times: dict[str, float]) -> None:
+    """Best-of-``repeat`` seconds of each formulation's forward + backward into ``times``,
+    under the caller's autocast (thread-local state); a formulation that fails is left out."""
+    device = tensors[0].device
+    enabled, dtype = autocast
+    with torch.autocast(device.type, dtype=dtype, enabled=enabled):
+        _time_each(tensors, bias, layer, repeat, times)
+
+
+def _time_each(tensors, bias, layer, repeat: int, times: dict[str, float]) -> None:
     device = tensors[0].device
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda _: None)
     inputs = [t.requires_grad_(True) for t in tensors]
@@ -178,6 +194,6 @@ def _time_all(tensors, bias, layer, repeat: int, times: dict[str, float]) -> Non
                 conv(*inputs, extra, *layer).float().sum().backward()
                 sync(device)
                 elapsed.append(time.perf_counter() - start)
-        except torch.OutOfMemoryError:
+        except RuntimeError:  # out of memory, say: not this one
             continue
         times[name] = min(elapsed[1:])
