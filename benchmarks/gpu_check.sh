@@ -22,7 +22,7 @@ timeout "${TESTS_S:-120}" python3 -m pytest -q -p no:cacheprovider tests/executo
 tail -15 "$OUT/tests.log"
 timeout "${CNN_S:-160}" python3 benchmarks/bench_local_training.py --device cuda \
     --models cnn-small --clients 50 200 1000 --steps 20 --batch 16 --repeat 2 \
-    --serial-max-clients 200 --profile "${PROFILE_ROWS:-0}" >"$OUT/bench_cnn.log" 2>&1
+    --serial-max-clients 50 --profile "${PROFILE_ROWS:-0}" >"$OUT/bench_cnn.log" 2>&1
 timeout "${RESNET_S:-100}" python3 benchmarks/bench_local_training.py --device cuda \
     --models resnet18 --clients 10 100 --resnet-steps 5 --resnet-max-clients 100 --batch 10 \
     --serial-max-clients 10 --repeat 1 --profile "${PROFILE_ROWS:-0}" >"$OUT/bench_resnet.log" 2>&1
