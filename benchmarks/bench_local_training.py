@@ -81,6 +81,7 @@ def bench(
     kernels: str = "auto",
     with_serial: bool = True,
     profile_rows: int = 0,
+    with_bf16: bool = True,
 ) -> dict:
     shape, classes = CASES[model_name]
     model = build_model(model_name, input_shape=shape, num_classes=classes, seed=0).to(device)
@@ -133,7 +134,7 @@ def bench(
     cases = (("batched", batched), ("vmap", vmap_rules), ("bound", bound))
     if with_serial:
         cases = (("serial", serial), *cases)
-    if precision == "fp32":
+    if precision == "fp32" and with_bf16:
         cases += (("batched_bf16", batched_bf16),)
     if device.type == "cuda":
         cases += (("batched_eager", batched_eager),)
@@ -178,6 +179,7 @@ def main() -> None:
         help="execution.precision of every case (fp32 also times batched under bf16)",
     )
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--no-bf16", action="store_true", help="skip the bf16 column")
     parser.add_argument(
         "--serial-max-clients", type=int, default=None, help="skip the serial trainer above this"
     )
@@ -226,6 +228,7 @@ def main() -> None:
                 args.kernels,
                 with_serial,
                 args.profile,
+                not args.no_bf16,
             )
             peak = ""
             if "peak_gib" in t:
@@ -234,7 +237,8 @@ def main() -> None:
                     f" kernels/step {t['kernels_batched']:.0f} (eager {t['kernels_eager']:.0f})"
                     f" vs bound {t['kernels_bound']:.0f}, {t['peak_gib']:.2f} GiB peak"
                 )
-            halved = f" {t['batched_bf16'] / t['batched']:>10.2f}x" if "batched_bf16" in t else ""
+            halved = f" {t.get('batched_bf16', float('nan')) / t['batched']:>10.2f}x"
+            halved = halved if args.precision == "fp32" else ""
             print(
                 f"{name:<10} {k:>7} {steps:>5} {t['serial']:>9.3f} {t['batched']:>9.3f} {t['bound']:>8.3f}"
                 f" {t['serial'] / t['batched']:>13.2f}x {t['batched'] / t['bound']:>12.2f}x"

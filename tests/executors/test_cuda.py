@@ -144,10 +144,11 @@ def test_cuda_graph_steps_give_the_eager_steps_results(syncs, full_float32, monk
             torch.cuda.synchronize()  # not allowed while a graph is being captured
         return base(forward, params, batch, consts)
 
-    function, starts, splits, schedule = _graph_case([12, 21, 24, 3])
-    eager = train_batched(function, starts, splits, schedule, loss, cuda_graphs=False)
-    again = train_batched(function, starts, splits, schedule, loss, cuda_graphs=False)
-    graphed = train_batched(function, starts, splits, schedule, loss, cuda_graphs=True)
+    def trained(cuda_graphs):  # a fresh case each time: the batch streams are consumed
+        function, starts, splits, schedule = _graph_case([12, 21, 24, 3])
+        return train_batched(function, starts, splits, schedule, loss, cuda_graphs=cuda_graphs)
+
+    eager, again, graphed = trained(False), trained(False), trained(True)
     for a, b, c in zip(eager, again, graphed, strict=True):
         assert a.steps == b.steps == c.steps and a.loss == b.loss
         difference = max(
