@@ -345,5 +345,7 @@ def _client_conv(kernels, x, weight, bias=None, stride=1, padding=0, dilation=1,
         groups,
         kernels,
     )
-    # contiguous: vmap's rules for the next layer (BatchNorm) query the physical layout
-    return _add_batch_dim(out.contiguous(), 0, level)
+    # contiguous: vmap's rules for the next layer (BatchNorm) query the physical layout;
+    # the input's dtype, as vmap's own rule gives: under autocast the product runs in
+    # bf16, and BatchNorm's rule under vmap takes no bf16 input with fp32 statistics
+    return _add_batch_dim(out.to(physical.dtype).contiguous(), 0, level)
