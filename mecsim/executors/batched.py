@@ -85,12 +85,12 @@ def train_batched(
     while t < total:
         still = sum(1 for n in steps if n > t)
         if still < lockstep.active:  # clients [still, active) are done: set their state aside
-            finished.extend(_set_aside(lockstep, range(lockstep.active - 1, still - 1, -1), params))
+            finished.extend(_set_aside(lockstep, still, lockstep.active, params))
             lockstep.shrink(still)
         end = steps[still - 1]  # the next departure: every shape stays until then
         lockstep.segment(batches, t, end, cuda_graphs)
         t = end
-    finished.extend(_set_aside(lockstep, range(lockstep.active - 1, -1, -1), params))
+    finished.extend(_set_aside(lockstep, 0, lockstep.active, params))
     finished.reverse()
     results: list[TrainResult | None] = [None] * len(rank)
     sums = lockstep.loss_sums
@@ -144,16 +144,21 @@ def _padded(order: Tensor, total: int) -> Tensor:
     return torch.cat([order, order[-1:].expand(total - len(order), -1)])
 
 
-def _set_aside(lockstep: Lockstep, positions: range, params: TensorDict) -> list[ModelState]:
-    """The states of the clients at ``positions`` of the stack (parameters in the order of
-    ``params``)."""
+def _set_aside(lockstep: Lockstep, start: int, stop: int, params: TensorDict) -> list[ModelState]:
+    """The states of the clients at positions ``stop - 1`` down to ``start`` of the stack
+    (parameters in the order of ``params``), as views: one ``unbind`` per tensor, not
+    one indexing per client."""
     learn, frozen, buffers = lockstep.learn, lockstep.frozen, lockstep.buffers
+    each = {
+        n: (learn[n] if n in learn else frozen[n]).detach()[start:stop].unbind() for n in params
+    }
+    each_buffer = {n: b[start:stop].unbind() for n, b in buffers.items()}
     return [
         ModelState(
-            {n: (learn[n][p] if n in learn else frozen[n][p]).detach() for n in params},
-            {n: b[p] for n, b in buffers.items()},
+            {n: views[i] for n, views in each.items()},
+            {n: views[i] for n, views in each_buffer.items()},
         )
-        for p in positions
+        for i in reversed(range(stop - start))
     ]
 
 

@@ -210,13 +210,11 @@ def batch_order(num_samples: int, steps: int, size: int, generator: torch.Genera
     one client at a time.
     """
     passes = math.ceil(steps * size / num_samples) if steps else 0
-    stream = torch.cat(
-        [
-            torch.randperm(num_samples, generator=generator, device=generator.device)
-            for _ in range(passes)
-        ]
-        or [torch.empty(0, dtype=torch.long, device=generator.device)]
-    )
+    device = generator.device
+    draws = [torch.randperm(num_samples, generator=generator, device=device) for _ in range(passes)]
+    if not draws:
+        return torch.empty(0, size, dtype=torch.long, device=device)
+    stream = draws[0] if passes == 1 else torch.cat(draws)
     return stream[: steps * size].view(steps, size)
 
 

@@ -6,7 +6,8 @@ is fastest depends on the device and the layer's shape:
 
 * ``grouped_nhwc`` / ``grouped_nchw``: one grouped convolution with the
   clients beside the channels (``[B, K*Cin, H, W]``, K*g groups), in
-  channels-last or plain layout. oneDNN runs it near the shared-weight bound
+  channels-last layout (a tensor already dense in the grouped layout, as the
+  hand-batched pass keeps its stages, is left as it is) or plain layout. oneDNN runs it near the shared-weight bound
   on a CPU; cuDNN does so for wide images but runs some small layers one
   group at a time (a kernel per client, so a step's kernels grow with K).
 * ``gemm``: the input's sliding windows copied once (im2col, from a view) and
@@ -66,9 +67,15 @@ def _grouped(channels_last: bool) -> Formulation:
     def conv(x, weight, bias, stride, padding, dilation, groups):
         clients, batch = x.shape[:2]
         h = x.transpose(0, 1).reshape(batch, -1, *x.shape[3:])  # a view in the grouped layout
-        layout = torch.channels_last if channels_last else torch.contiguous_format
+        if not channels_last:
+            h = h.contiguous()
+        elif h.data_ptr() != x.data_ptr():  # not a grouped layout (vmap's): channels-last,
+            height, width = x.shape[3:]  # in one copy
+            h = x.permute(1, 3, 4, 0, 2).reshape(batch, height, width, -1).permute(0, 3, 1, 2)
+        elif not h.is_contiguous():  # a grouped layout stays as the hand-batched pass has it
+            h = h.contiguous(memory_format=torch.channels_last)
         out = F.conv2d(
-            h.contiguous(memory_format=layout),
+            h,
             weight.reshape(-1, *weight.shape[2:]),
             None if bias is None else bias.reshape(-1),
             stride,
