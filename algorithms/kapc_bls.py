@@ -81,6 +81,7 @@ phase, before the upload.
 from __future__ import annotations
 
 import math
+from typing import Literal
 
 import torch
 from pydantic import Field
@@ -97,6 +98,17 @@ class KAPCBLSSettings(KAPCSettings):
     mu: float = Field(default=0.7, ge=0, description="self-relationship threshold (Algorithm 3)")
     client_selection: bool = Field(
         default=True, description="choose the uploaded layers by criterion (29) (Algorithm 4)"
+    )
+    search: Literal["literal", "boundary"] = Field(
+        default="boundary",
+        description="Algorithm 4's search: boundary (while (29) holds, go deeper until it "
+        "fails; else shallower until it holds: Table 3's savings, Fig. 8's depth) | literal "
+        "(as printed: while (29) holds, go shallower; walks to 1 layer or cycles L-1, L)",
+    )
+    class_count: Literal["present", "outputs"] = Field(
+        default="present",
+        description="c_i in (29): the classes present in the client's training data, or the "
+        "model's outputs (Theorem 4 at Omega = L is then Theorem 3)",
     )
 
 
@@ -127,14 +139,14 @@ def criterion(
 ) -> bool:
     """Inequality (29): sharing the first ``depth`` layers lowers the gap per shared layer."""
     layers = len(bounds)
-    lhs = (
-        math.log(layers * widths[depth - 1])
-        + log_bound_sum(bounds, gaps, columns, depth)
-        - math.log(depth * classes)
-        - (layers - depth) * math.log(2.0)
+    # in logs, the terms that cancel at Omega = L grouped so that they cancel exactly
+    # there: (29) at L reads d_L < c_i, never 1 ulp of rounding
+    ratio = math.log(layers * widths[depth - 1]) - math.log(depth * classes)
+    sums = log_bound_sum(bounds, gaps, columns, depth) - log_bound_sum(
+        bounds, gaps, columns, layers
     )
-    rhs = log_bound_sum(bounds, gaps, columns, layers) + float(torch.log(bounds[depth:]).sum())
-    return lhs < rhs
+    lhs = ratio + sums - (layers - depth) * math.log(2.0)
+    return lhs < float(torch.log(bounds[depth:]).sum())
 
 
 def criterion_flops(depth: int, layers: int) -> int:
@@ -143,9 +155,21 @@ def criterion_flops(depth: int, layers: int) -> int:
 
 
 def search_depth(
-    start: int, bounds: Tensor, gaps: Tensor, columns: Tensor, widths: list[int], classes: int
+    start: int,
+    bounds: Tensor,
+    gaps: Tensor,
+    columns: Tensor,
+    widths: list[int],
+    classes: int,
+    search: str = "literal",
 ) -> tuple[int, list[int]]:
-    """Algorithm 4, lines 15-24, from Omega = ``start``: (Omega, the depths evaluated)."""
+    """Algorithm 4, lines 15-24, from Omega = ``start``: (Omega, the depths evaluated).
+
+    ``literal``: while (29) holds, Omega decreases (until it fails), else increases
+    (until it holds). ``boundary``: the same repeat-untils with the test negated:
+    while (29) holds Omega increases (until it fails), else it decreases (until it
+    holds), so Omega settles where (29) changes, the deepest layers it allows.
+    """
     layers = len(bounds)
     depth = min(max(start, 1), layers)
     evaluated: list[int] = []
@@ -154,16 +178,13 @@ def search_depth(
         evaluated.append(d)
         return criterion(d, bounds, gaps, columns, widths, classes)
 
-    if holds(depth):
-        while depth > 1:  # repeat Omega <- Omega - 1 until (29) is not satisfied
-            depth -= 1
-            if not holds(depth):
-                break
-    else:
-        while depth < layers:  # repeat Omega <- Omega + 1 until (29) is satisfied
-            depth += 1
-            if holds(depth):
-                break
+    shallower_while_holding = search == "literal"
+    held = holds(depth)
+    step = -1 if held == shallower_while_holding else 1
+    while 1 <= depth + step <= layers:  # repeat Omega <- Omega +- 1 until the test flips
+        depth += step
+        if holds(depth) != held:
+            break
     return depth, evaluated
 
 
@@ -221,8 +242,9 @@ class KAPCBLS(KAPC):
         return {k: own[k] if k in beyond else v for k, v in constants.items()}
 
     def classes(self, client: int) -> int:
-        """c_i: classes present in the client's training data."""
-        if self.label_counts is None:
+        """c_i: the classes present in the client's training data (``class_count =
+        "present"``), or the model's outputs (``"outputs"``, also without label counts)."""
+        if self.label_counts is None or self.settings.class_count == "outputs":
             return int(
                 self.arch(client).initial.params[self.arch(client).head.param_names[0]].shape[0]
             )
@@ -256,7 +278,13 @@ class KAPCBLS(KAPC):
         widths = [int(w.shape[0]) for w in weights]
         columns = torch.tensor([w.numel() // max(w.shape[0], 1) for w in weights])
         depth, evaluated = search_depth(
-            state["omega"], state["B"], state["tau"], columns, widths, self.classes(ctx.client)
+            state["omega"],
+            state["B"],
+            state["tau"],
+            columns,
+            widths,
+            self.classes(ctx.client),
+            self.settings.search,
         )
         return depth, selection_flops(params, total, evaluated)
 

@@ -38,7 +38,14 @@ from collections.abc import Sequence
 import torch
 from pydantic import Field, field_validator
 
-from mecsim.algorithms.base import AlgorithmSettings, ClientState, RoundContext, ServerState, Task
+from mecsim.algorithms.base import (
+    MAX_LR,
+    AlgorithmSettings,
+    ClientState,
+    RoundContext,
+    ServerState,
+    Task,
+)
 from mecsim.algorithms.fedavg import FedAvg
 from mecsim.algorithms.losses import (
     cross_entropy,
@@ -61,6 +68,16 @@ class PersFLSettings(AlgorithmSettings):
 
     fl_rounds: int = Field(default=20, ge=1, description="E_G: FedAvg rounds before distillation")
     distill_epochs: int = Field(default=5, ge=1, description="E: epochs per (T, lambda) candidate")
+    distill_lr: float | None = Field(
+        default=None,
+        gt=0,
+        le=MAX_LR,
+        description="stage 2's SGD learning rate (default: stage 1's lr); the candidates "
+        "start from the teacher, so stage 1's rate fine-tunes it away",
+    )
+    distill_momentum: float | None = Field(
+        default=None, ge=0, lt=1, description="stage 2's SGD momentum (default: stage 1's)"
+    )
     temperatures: list[float] = Field(
         default=[1, 5, 9, 13, 17, 21, 25], min_length=1, description="grid of T"
     )
@@ -153,8 +170,19 @@ class PersFL(FedAvg):
 
     def schedule(self, task: Task) -> Schedule:
         schedule = super().schedule(task)
-        if task in self.distills:  # E distillation epochs
-            return dataclasses.replace(schedule, epochs=self.settings.distill_epochs, steps=None)
+        if task in self.distills:  # E distillation epochs, with stage 2's own optimizer
+            settings = self.settings
+            return dataclasses.replace(
+                schedule,
+                epochs=settings.distill_epochs,
+                steps=None,
+                lr=schedule.lr if settings.distill_lr is None else settings.distill_lr,
+                momentum=(
+                    schedule.momentum
+                    if settings.distill_momentum is None
+                    else settings.distill_momentum
+                ),
+            )
         return schedule
 
     def task_constants(

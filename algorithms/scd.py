@@ -1,13 +1,13 @@
 """Spectral co-distillation (Chen et al., NeurIPS 2023), Algorithm 1.
 
-Two readings of the spectral terms, ``algorithm.spectral`` (spectra and
-divergences: :mod:`mecsim.algorithms.spectral`):
+The spectral terms' readings, ``algorithm.spectral`` (spectra and divergences:
+:mod:`mecsim.algorithms.spectral`):
 
 ================  =============================================  ==================================================
-                  ``paper`` (default)                            ``authors_code`` (``jimmyc96/spectral-dis-FL``)
+                  ``raw`` / ``kl`` / ``unit_mean`` (default)     ``authors_intent`` (``jimmyc96/spectral-dis-FL``)
 ================  =============================================  ==================================================
-spectrum          |FFT| of all parameters as one vector,         2-D FFT of each module's weight as [out, -1],
-                  unit mean                                      concatenated, unit sum
+spectrum          |FFT| of all parameters as one vector:         2-D FFT of each module's weight as [out, -1],
+                  as computed / unit sum / unit mean             concatenated, unit sum
 divergence        D(p||q) of eq. (3)                             KLDivLoss(log_softmax(p), q) / length
 gradient          flows through the FFT into the weights         none (spectra from ``.data`` via numpy)
 generic task      CE + lambda_g D(s_tau(w_G,i) || s_tau(w_p,i^{t-1})), eq. (5): the target is the client's
@@ -15,16 +15,26 @@ generic task      CE + lambda_g D(s_tau(w_G,i) || s_tau(w_p,i^{t-1})), eq. (5): 
                                                                  the target is the received global model
 personal task     CE + lambda_p D(s(w_p,i) || s(w_G,i^t)), eq. (4): the target is this round's updated
                   generic model                                  CE + lambda_p KL(spectrum of w_G^{t-1}, of w_p,i)
-                                                                 + lambda_p ||w_G^{t-1} - w_p,i|| (a norm, not squared)
+                                                                 + beta ||w_G^{t-1} - w_p,i|| (a norm, not squared)
 truncation        first ceil(tau d) entries                      first int(tau d) entries (generic task only)
 ================  =============================================  ==================================================
 
-Under ``authors_code`` only the personal task's norm term trains; the
+``raw`` is eq. (3) as written; ``kl`` the KL divergence Sec. 3.5 calls it
+equivalent to (its gradient is 1e-4 to 2e-3 of the cross-entropy's: the terms
+do next to nothing at the paper's lambdas); ``unit_mean``, d times ``kl``, is
+mecsim's choice of strength and what the scenarios use (the renamed ``paper``).
+
+Under ``authors_intent`` only the personal task's norm term trains; the
 spectral terms add a constant to the loss (their work is still done and
-metered). Also in the authors' code, not reproduced: both terms share one
-coefficient (``--beta``, 0.2 by default for CIFAR-100, 0 for CIFAR-10) where
-mecsim keeps lambda_g and lambda_p; the terms skip the first batch of every
-epoch; the reported local accuracy is the last selected client's.
+metered). It is the authors' loss functions, not their code's data flow: in
+``main.py`` (HEAD ``eaf9407``) ``l_model = netglob`` and each client loads its
+personal state into it, so the "generic" update starts from and compares with
+the client's personal model (an aliasing mecsim does not reproduce); the
+spectral terms there weigh 0.3 (generic) and 0.4 (local), and the norm its own
+``--beta`` (0.2 by default, 5 in their README's commands): mecsim's ``beta``
+(it used lambda_p before, 0.01). Also not reproduced: the terms skip the first
+batch of every epoch; the reported local accuracy is the last selected
+client's.
 
 * Generic task - GMUpdate from the received w_G^{t-1}; produces the upload.
 * Personal task - PMUpdate from w_p,i^{t-1}.
@@ -42,7 +52,7 @@ import dataclasses
 from typing import Literal
 
 import torch
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from mecsim.algorithms.base import MAX_LR, ClientState
 from mecsim.algorithms.losses import cross_entropy_loss
@@ -68,12 +78,31 @@ class SCDSettings(PFLPlusSettings):
     tau: float = Field(default=0.4, gt=0, le=1, description="truncation ratio of eq. (5)")
     lambda_g: float = Field(default=0.05, ge=0, description="weight of the generic term, eq. (5)")
     lambda_p: float = Field(default=0.01, ge=0, description="weight of the personal term, eq. (4)")
-    spectral: Literal["paper", "authors_code"] = Field(
-        default="paper",
-        description="'paper': eqs. (4)-(5), differentiable, spectra of all weights at unit "
-        "mean; 'authors_code': what the authors' published code computes (per-layer 2-D "
-        "FFTs, no gradient through the spectra, a norm proximal term on the personal model)",
+    spectral: Literal["raw", "kl", "unit_mean", "authors_intent"] = Field(
+        default="unit_mean",
+        description="the spectral terms: 'raw' (eq. 3 on |FFT| magnitudes as written), 'kl' "
+        "(spectra at unit sum: the KL divergence of Sec. 3.5), 'unit_mean' (at unit mean: d "
+        "times 'kl', mecsim's strength, the default), all differentiable; 'authors_intent': "
+        "the authors' code's loss functions (per-layer 2-D FFTs, no gradient through the "
+        "spectra, a norm proximal term weighted by beta)",
     )
+    beta: float = Field(
+        default=0.2,
+        ge=0,
+        description="authors_intent: weight of the personal task's norm ||w_p - w_G|| (the "
+        "authors' --beta, 0.2 by default; their README's commands use 5)",
+    )
+
+    @field_validator("spectral", mode="before")
+    @classmethod
+    def _renamed(cls, value: object) -> object:
+        renamed = {"paper": "unit_mean", "authors_code": "authors_intent"}
+        if value in renamed:
+            raise ValueError(
+                f"{value!r} was renamed {renamed[value]!r} (neither is the paper's equation "
+                "or the authors' code as a whole); choose raw, kl, unit_mean or authors_intent"
+            )
+        return value
 
 
 def spectral_role(generic: bool) -> dict:
@@ -104,12 +133,13 @@ class SCD(PFLPlus):
 
     def targets(self, generic: bool, state: ClientState, payload: Payload | None) -> TensorDict:
         """The spectral target of the task training the generic (or personal) model."""
-        if self.settings.spectral == "authors_code":
+        if self.settings.spectral == "authors_intent":
             return self._authors_constants(generic, payload)
         names = list(self.initial.params)
         # eq. (5): the personal model before this round; eq. (4): the updated generic model
         teacher = state["personal"] if generic else state["generic"]
-        return {"target": spectrum(flatten_weights(teacher.params, names), self._tau(generic))}
+        weights = flatten_weights(teacher.params, names)
+        return {"target": spectrum(weights, self._tau(generic), self.settings.spectral)}
 
     def _authors_constants(self, generic: bool, payload: Payload | None) -> TensorDict:
         """Both tasks compare with the received global model w_G^{t-1}."""
@@ -122,14 +152,14 @@ class SCD(PFLPlus):
 
     def spectral_loss(self, generic: bool, split: str) -> Loss:
         """CE plus the weighted spectral divergence to the target."""
-        if self.settings.spectral == "authors_code":
+        if self.settings.spectral == "authors_intent":
             return self._authors_loss(generic, split)
         names = list(self.initial.params)
-        tau, weight = self._tau(generic), self._weight(generic)
+        tau, weight, scale = self._tau(generic), self._weight(generic), self.settings.spectral
         ce = cross_entropy_loss(split)
 
         def spectral_loss(forward, params, batch, consts):
-            student = spectrum(flatten_weights(params, names), tau)
+            student = spectrum(flatten_weights(params, names), tau, scale)
             return ce(forward, params, batch, consts) + weight * divergence(
                 student, consts["target"]
             )
@@ -138,6 +168,7 @@ class SCD(PFLPlus):
 
     def _authors_loss(self, generic: bool, split: str) -> Loss:
         names, weight = weight_names(self.initial.params), self._weight(generic)
+        beta = self.settings.beta
         ce = cross_entropy_loss(split)
 
         def authors_loss(forward, params, batch, consts):
@@ -148,6 +179,6 @@ class SCD(PFLPlus):
             spectral = authors_kl(target, own)  # KLDivLoss(log_softmax(global), own)
             squares = sum(((params[k] - consts[f"anchor.{k}"]) ** 2).sum() for k in params)
             distance = torch.sqrt(squares.clamp_min(EPS * EPS))  # ||w_G - w_p||
-            return ce(forward, params, batch, consts) + weight * (spectral + distance)
+            return ce(forward, params, batch, consts) + weight * spectral + beta * distance
 
         return authors_loss

@@ -1,16 +1,20 @@
 """Model spectra and their divergence (spectral co-distillation, Chen et al. 2023, Sec. 3.2-3.3).
 
-Two readings, chosen by ``algorithm.spectral`` of :mod:`mecsim.algorithms.scd`:
+Four readings, chosen by ``algorithm.spectral`` of :mod:`mecsim.algorithms.scd`: three
+scalings of the same differentiable spectra, and the authors' code's intent.
 
-``paper`` (eqs. 4-5 as written, made usable at the paper's lambdas)
+``raw``, ``kl`` and ``unit_mean`` (eqs. 4-5; they differ only in the spectra's scale)
     The weight vector w in R^d is ONE flattened vector of every trainable
     parameter (weights and biases, not BatchNorm running statistics) in
     ``named_parameters`` order: the paper's "input vector of the weights of a
     DNN model", with its stated FFT cost Theta(d log d). s(w) = |DFT(w)|
     (``torch.fft.fft``, full length d, so truncation to the first ceil(tau d)
-    entries means what the paper says), **normalized to unit mean** (each
-    entry divided by the mean entry), and D(p||q) = sum_i p_i log p_i - p_i log q_i
-    (eq. 3). Why unit mean: on raw spectra D is no divergence (both sums
+    entries means what the paper says), and D(p||q) = sum_i p_i log p_i - p_i log q_i
+    (eq. 3). ``raw``: the magnitudes as computed, the definition as written.
+    ``kl``: at unit sum, the KL divergence Sec. 3.5 calls it equivalent to.
+    ``unit_mean`` (the default): each entry divided by the mean entry, so D is d
+    times ``kl``'s (d = 13,706 for cnn-small, 11.2 M for ResNet-18): a strength
+    mecsim chose, not the paper's. Why: on raw spectra D is no divergence (both sums
     differ, D goes negative and is smallest at p = q/e) and its gradient is
     160-12,000 times the cross-entropy's at lambda = 0.01; normalized to unit
     sum (a KL divergence) it is 4e-7 to 2e-3 of it, so the term did nothing.
@@ -23,7 +27,7 @@ Two readings, chosen by ``algorithm.spectral`` of :mod:`mecsim.algorithms.scd`:
     0.05, tau 0.4; ResNet-18 (d = 11.2 M) 4-30 at lambda 0.01. Differentiable:
     gradients flow through the FFT into the weights.
 
-``authors_code`` (what repository ``jimmyc96/spectral-dis-FL``, ``util/update.py``, computes)
+``authors_intent`` (the loss functions of ``jimmyc96/spectral-dis-FL``, ``util/update.py``)
     The spectrum of every module's ``weight`` (conv, linear, BatchNorm): a
     2-D FFT of the weight reshaped to [out, -1] (1-D weights: a 1-D FFT),
     flattened and concatenated, magnitudes normalized to sum 1
@@ -54,12 +58,24 @@ def flatten_weights(params: TensorDict, names: list[str] | tuple[str, ...]) -> T
     return torch.cat([params[n].reshape(-1) for n in names])
 
 
-def spectrum(weights: Tensor, tau: float = 1.0) -> Tensor:
-    """The paper reading's spectrum: |FFT(w)|, its first ceil(tau d) entries, unit mean."""
+SCALES = ("raw", "kl", "unit_mean")
+"""How a spectrum is scaled: as computed (eq. 3 as written), to unit sum (a distribution:
+D is the KL divergence) or to unit mean (d times the unit-sum KL)."""
+
+
+def spectrum(weights: Tensor, tau: float = 1.0, scale: str = "unit_mean") -> Tensor:
+    """|FFT(w)|, its first ceil(tau d) entries, scaled as ``scale`` (one of :data:`SCALES`)."""
     magnitude = torch.fft.fft(weights).abs()
     keep = math.ceil(tau * weights.shape[-1])
     magnitude = magnitude[..., :keep]
-    return magnitude / magnitude.mean(dim=-1, keepdim=True).clamp_min(EPS)
+    if scale == "raw":
+        return magnitude
+    total = (
+        magnitude.sum(dim=-1, keepdim=True)
+        if scale == "kl"
+        else magnitude.mean(dim=-1, keepdim=True)
+    )
+    return magnitude / total.clamp_min(EPS)
 
 
 def divergence(p: Tensor, q: Tensor) -> Tensor:

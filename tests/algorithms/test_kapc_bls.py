@@ -29,6 +29,7 @@ BLS = [
     "algorithm.lr=0.05",
     "protocol.rounds=4",
     "algorithm.mu=0.3",
+    "algorithm.search=literal",  # on cnn-small it goes below L - 1 (boundary: L - 1 or L)
 ]
 LAYERS = tuple(
     model_layers(build_model("cnn-small", input_shape=(1, 8, 8), num_classes=10, seed=0))
@@ -197,7 +198,7 @@ def test_report_writes_kapcs_tables_across_runs(tiny, tmp_path, capsys):
     from mecsim.commands.cli import main
 
     dirs = []
-    for name, extra in (("kapc", []), ("bls", ["algorithm.mu=0.3"])):
+    for name, extra in (("kapc", []), ("bls", ["algorithm.mu=0.3", "algorithm.search=literal"])):
         overrides = [*BLS[:4], *extra] if name == "bls" else [*BLS[1:4], "algorithm.name=kapc"]
         mecsim.run(copy.deepcopy(tiny), overrides, out=tmp_path / name)
         dirs.append(str(tmp_path / name))
@@ -267,3 +268,99 @@ def test_layers_beyond_omega_are_regularized_toward_the_clients_own_model(tiny):
             for k in layer.param_names:
                 expected = own[k] if index >= omega else received[k]
                 assert torch.equal(consts[k], expected)
+
+
+def test_the_boundary_search_negates_the_test():
+    """``search = "boundary"``: while (29) holds, deeper until it fails; else shallower
+    until it holds (the literal search's repeat-untils with the test negated)."""
+    columns = torch.tensor([4, 4, 4])
+    widths, classes = [4, 4, 10], 10
+    bounds = torch.tensor([1.0, 0.01, 1.0], dtype=torch.float64)
+    gaps = torch.tensor([1.0, 0.0, 1.0], dtype=torch.float64)  # (29): fails, holds, fails
+
+    def boundary(start):
+        return search_depth(start, bounds, gaps, columns, widths, classes, "boundary")
+
+    assert boundary(2) == (3, [2, 3])  # holds: deeper, stops where it fails
+    assert boundary(3) == (2, [3, 2])  # fails: shallower, stops where it holds
+    assert boundary(1) == (1, [1])  # fails at the floor: nowhere shallower
+
+
+@pytest.fixture(scope="module")
+def resnet_bounds():
+    """ResNet-18 (21 layers) at its initial weights, regularized toward a nearby model."""
+    model = build_model("resnet18", input_shape=(3, 32, 32), num_classes=10, seed=0)
+    layers = tuple(model_layers(model))
+    trained = {k: v.detach().double() for k, v in model.named_parameters()}
+    g = torch.Generator().manual_seed(0)
+    received = {k: v + 0.01 * torch.randn(v.shape, generator=g) for k, v in trained.items()}
+    weights = [trained[layer.param_names[0]] for layer in layers]
+    return (
+        layer_norms(trained, layers),
+        layer_norms({k: trained[k] - received[k] for k in trained}, layers),
+        torch.tensor([w.numel() // w.shape[0] for w in weights]),
+        [w.shape[0] for w in weights],
+    )
+
+
+def test_on_resnet18_29_holds_at_every_depth_below_l_minus_1(resnet_bounds):
+    """The issue's rewriting of (29): the right side's product of column roots and norms
+    makes it hold at every Omega <= L - 2, so it can fail only at L - 1 (and at L)."""
+    bounds, gaps, columns, widths = resnet_bounds
+    total = len(bounds)
+    assert total == 21
+    for classes in (2, 3, 6, 10):
+        assert all(criterion(d, bounds, gaps, columns, widths, classes) for d in range(1, 20))
+    assert not criterion(20, bounds, gaps, columns, widths, 3)  # few classes: fails at L - 1
+
+
+def test_the_boundary_search_gives_fig_8s_depth_and_the_literal_one_does_not(resnet_bounds):
+    """Fig. 8: 19 or 20 of ResNet-18's 21 layers. From Omega = L - 1 (Algorithm 4's
+    first selection) a client with 3 classes alternates 20 -> 19 -> 20 under the
+    boundary search; the literal search goes to L (then back to L - 1: lines 3-9)."""
+    bounds, gaps, columns, widths = resnet_bounds
+
+    def search(start, reading):
+        return search_depth(start, bounds, gaps, columns, widths, 3, reading)[0]
+
+    assert search(20, "boundary") == 19
+    assert search(19, "boundary") == 20
+    assert search(20, "literal") == 21
+    assert search(19, "literal") == 1  # (29) holds all the way down
+
+
+def test_class_count_outputs_takes_the_models_outputs():
+    from types import SimpleNamespace
+
+    from mecsim.algorithms.kapc_bls import KAPCBLS, KAPCBLSSettings
+    from mecsim.learning.state import ModelState
+
+    model = build_model("cnn-small", input_shape=(1, 8, 8), num_classes=10, seed=0)
+    arch = SimpleNamespace(initial=ModelState.of(model), head=LAYERS[-1])
+    for count, expected in (("present", 3), ("outputs", 10)):
+        algorithm = SimpleNamespace(
+            label_counts=[torch.tensor([3, 0, 5, 0, 0, 0, 0, 0, 0, 1])],
+            settings=KAPCBLSSettings(name="kapc_bls", class_count=count),
+            arch=lambda client: arch,
+        )
+        assert KAPCBLS.classes(algorithm, 0) == expected
+
+
+def test_report_keeps_runs_apart_by_directory(tiny, tmp_path):
+    """Runs that share a label stay rows of their own: told apart by the settings that
+    differ (the two searches), and by the run directory where none does (issue 48: three
+    BLS variants were merged into one Fig. 8 row)."""
+    from mecsim.commands.comparison import report
+
+    dirs = []
+    for name, search in (("a", "literal"), ("b", "boundary"), ("c", "boundary")):
+        overrides = [*BLS[:3], "protocol.rounds=2", f"algorithm.search={search}"]
+        mecsim.run(copy.deepcopy(tiny), overrides, out=tmp_path / name)
+        dirs.append(tmp_path / name)
+    report(dirs, tmp_path / "report")
+    cost = pd.read_csv(tmp_path / "report" / "cost.csv")
+    layers = pd.read_csv(tmp_path / "report" / "layers.csv", index_col="round")
+    assert len(cost) == 3 and cost["run"].is_unique
+    assert len(layers.columns) == 3
+    assert any("algorithm.search=literal" in run for run in cost["run"])
+    assert sum(run.endswith("[b]") or run.endswith("[c]") for run in cost["run"]) == 2

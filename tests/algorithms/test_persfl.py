@@ -189,3 +189,17 @@ def test_each_check_scores_its_own_trained_candidate_and_the_best_becomes_person
             not torch.equal(personal.params[k], teacher.params[k]) for k in personal.params
         )
     assert differs == len(result.client_states)  # the personal models are distilled ones
+
+
+def test_stage_two_trains_with_its_own_learning_rate_and_momentum(tiny):
+    """Issue 48: the candidates start from the teacher; with stage 1's lr 0.05 and
+    momentum 0.9 plain fine-tuning moved them off it. ``distill_lr`` and
+    ``distill_momentum`` set stage 2's optimizer; stage 1 keeps its own."""
+    own = ["algorithm.distill_lr=0.01", "algorithm.distill_momentum=0", "algorithm.momentum=0.9"]
+    for overrides, expected in ((own, (0.01, 0.0)), ([], (0.1, 0.0))):
+        sc = load_scenario(copy.deepcopy(tiny), [*PERSFL, *overrides])
+        algorithm = build_world(sc, torch.device("cpu")).ctx.algorithm
+        distills = [algorithm.schedule(task) for task in algorithm.distills]
+        assert {(s.lr, s.momentum) for s in distills} == {expected}
+        stage1 = algorithm.schedule(algorithm.round_tasks(0)[0])
+        assert stage1.lr == 0.1 and stage1.momentum == (0.9 if overrides else 0.0)

@@ -130,16 +130,13 @@ def test_no_gradient_flows_through_the_authors_spectral_terms(tiny):
     value = authors_kl(own, layer_spectrum(generic, weight_names(params)))
     assert not own.requires_grad and float(value) > 0 and value.grad_fn is None
 
-    base = ["algorithm.name=scd", "algorithm.spectral=authors_code", "protocol.rounds=2"]
-    off = mecsim.run(
-        copy.deepcopy(tiny), [*base, "algorithm.lambda_g=0", "algorithm.lambda_p=0"], write=False
-    )
+    base = ["algorithm.name=scd", "algorithm.spectral=authors_intent", "protocol.rounds=2"]
+    zero = ["algorithm.lambda_g=0", "algorithm.lambda_p=0", "algorithm.beta=0"]
+    off = mecsim.run(copy.deepcopy(tiny), [*base, *zero], write=False)
     spectral_only = mecsim.run(
-        copy.deepcopy(tiny), [*base, "algorithm.lambda_g=5", "algorithm.lambda_p=0"], write=False
+        copy.deepcopy(tiny), [*base, *zero, "algorithm.lambda_g=5"], write=False
     )
-    with_norm = mecsim.run(
-        tiny, [*base, "algorithm.lambda_g=0", "algorithm.lambda_p=0.5"], write=False
-    )
+    with_norm = mecsim.run(tiny, [*base, *zero, "algorithm.beta=0.5"], write=False)
     g0, g1 = off.server_state["global"].params, spectral_only.server_state["global"].params
     assert all(torch.equal(g0[k], g1[k]) for k in g0)
     p0 = off.client_states[0]["personal"].params
@@ -221,3 +218,61 @@ def test_the_spectral_loss_on_a_device_is_the_cpus(device):
             torch.testing.assert_close(g, e, rtol=1e-3, atol=1e-4)
         weights = {n: weights[n] - 0.05 * g for n, g in zip(names, exact_grads, strict=True)}
     model.to("cpu", torch.float32)
+
+
+def test_the_raw_reading_is_eq_3_as_written_and_unit_mean_is_d_times_kl():
+    """Issue 48: ``raw`` at lambda 1 adds exactly sum p log(p / q) with p = |fft(w)| and
+    q = |fft(v)|; ``unit_mean`` is d times ``kl`` (the unit-sum KL divergence)."""
+    g = torch.Generator().manual_seed(4)
+    w, v = (
+        torch.randn(300, generator=g, dtype=torch.float64),
+        torch.randn(300, generator=g, dtype=torch.float64),
+    )
+    p, q = torch.fft.fft(w).abs(), torch.fft.fft(v).abs()
+    assert float(divergence(spectrum(w, 1.0, "raw"), spectrum(v, 1.0, "raw"))) == pytest.approx(
+        float((p * torch.log(p / q)).sum()), rel=1e-12
+    )
+    kl = divergence(spectrum(w, 1.0, "kl"), spectrum(v, 1.0, "kl"))
+    ps, qs = p / p.sum(), q / q.sum()
+    assert float(kl) == pytest.approx(float((ps * torch.log(ps / qs)).sum()), rel=1e-12)
+    unit_mean = divergence(spectrum(w, 1.0, "unit_mean"), spectrum(v, 1.0, "unit_mean"))
+    assert float(unit_mean) == pytest.approx(300 * float(kl), rel=1e-12)
+
+
+def test_the_authors_personal_loss_weighs_the_norm_with_beta():
+    """Issue 48: under ``authors_intent`` a personal task's loss with lambda_p 0.01 and
+    beta 0.2 is CE + 0.01 KL + 0.2 ||w - w_G|| (mecsim weighed the norm with lambda_p)."""
+    from types import SimpleNamespace
+
+    from mecsim.algorithms.losses import cross_entropy_loss
+    from mecsim.algorithms.scd import SCD, SCDSettings
+    from mecsim.algorithms.spectral import authors_kl, layer_spectrum, weight_names
+    from mecsim.learning.state import ModelState
+    from mecsim.learning.training import ModelFunction
+
+    model, received = _two_models("cnn-small", (1, 8, 8), 0.05)
+    params = {k: v.detach() for k, v in model.named_parameters()}
+    settings = SCDSettings(
+        name="scd", spectral="authors_intent", lambda_p=0.01, beta=0.2, lambda_g=0.3
+    )
+    scd = SimpleNamespace(settings=settings, initial=ModelState.of(model))
+    scd._weight = lambda generic: SCD._weight(scd, generic)
+    consts = SCD._authors_constants(scd, False, received)
+    loss = SCD._authors_loss(scd, False, "train")
+    batch = {"train": {"x": torch.randn(6, 1, 8, 8), "y": torch.randint(0, 10, (6,))}}
+    forward = ModelFunction(model).bind(params, {})
+    names = weight_names(params)
+    kl = authors_kl(layer_spectrum(received, names), layer_spectrum(params, names))
+    norm = torch.sqrt(sum(((params[k] - received[k]) ** 2).sum() for k in params))
+    ce = cross_entropy_loss("train")(forward, params, batch, consts)
+    expected = ce + 0.01 * kl + 0.2 * norm
+    assert float(loss(forward, params, batch, consts)) == pytest.approx(float(expected), rel=1e-6)
+
+
+@pytest.mark.parametrize("old", ["paper", "authors_code"])
+def test_the_old_reading_names_are_refused_with_their_new_names(tiny, old):
+    import mecsim
+    from mecsim.config.problems import ScenarioError
+
+    with pytest.raises(ScenarioError, match="was renamed"):
+        mecsim.run(tiny, ["algorithm.name=scd", f"algorithm.spectral={old}"], write=False)
