@@ -18,7 +18,9 @@ FLOPs actually run, forward and backward, counted by dispatch (torch's
 counter: a multiply-accumulate is 2 FLOPs; losses' element-wise work where
 metered). The paper counted with pytorch-OpCounter, which reports forward
 multiply-accumulates of a model per sample; ``client_gmacs_paper`` is that
-figure times the samples of the round's local training (:func:`paper_client_macs`).
+figure once per optimizer step of the round's local training (a batch-of-1
+count taken once a step: Table 6's 424.13 GMACs for FedAvg within 2 %), and
+``client_gmacs_samples`` once per trained sample (:func:`paper_client_macs`).
 """
 
 from __future__ import annotations
@@ -64,6 +66,7 @@ def cost_table(runs: Sequence[RunRecord]) -> pd.DataFrame:
                 "down_air_mb": s["bytes_down_air_per_round"] / MIB,
                 "client_gflops": s["client_flops_per_round"] / 1e9,
                 "client_gmacs_paper": paper_client_macs(run) / 1e9,
+                "client_gmacs_samples": paper_client_macs(run, per="sample") / 1e9,
                 "server_gflops": s["server_flops_per_round"] / 1e9,
                 "server_memory_mb": run.summary.get("server_state_peak_bytes", math.nan) / MIB,
                 "final_mean_acc": s["final_personal_acc"],
@@ -73,13 +76,14 @@ def cost_table(runs: Sequence[RunRecord]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def paper_client_macs(run: RunRecord) -> float:
-    """Client work per round in KAPC Table 6's convention: forward multiply-accumulates per
-    sample (pytorch-OpCounter's count of conv and linear layers) times the samples of one
-    pass of each trained client's schedule (epochs x training samples, or steps x batch),
-    summed over the clients with a computation in the round, averaged over rounds.
-    NaN when the run directory has no clients table (runs written before it had the
-    ``forward_macs_per_sample`` column)."""
+def paper_client_macs(run: RunRecord, per: str = "step") -> float:
+    """Client work per round in KAPC Table 6's convention: forward multiply-accumulates of
+    one sample (pytorch-OpCounter's count of conv and linear layers on a batch-of-1
+    input) counted once per optimizer step (``per="step"``: 416.6-444.3 GMACs for
+    FedAvg's ResNet-18 setting against Table 6's 424.13), or once per trained sample
+    (``per="sample"``: 33x Table 6, the batch size), summed over the clients with a
+    computation in the round, averaged over rounds. NaN when the run directory has no
+    clients table (runs written before it had the ``forward_macs_per_sample`` column)."""
     clients = run.clients
     if clients is None or "forward_macs_per_sample" not in clients:
         return math.nan
@@ -89,11 +93,12 @@ def paper_client_macs(run: RunRecord) -> float:
     table = clients.set_index("client")
     steps, batch = run.settings.get("algorithm.steps"), run.settings.get("algorithm.batch_size")
     num_train = table["num_train"].to_numpy()
-    if steps:
-        samples = steps * np.minimum(int(batch or 1), num_train)
-    else:
-        samples = int(run.settings.get("algorithm.epochs", 1)) * num_train
-    per_client = pd.Series(samples * table["forward_macs_per_sample"].to_numpy(), table.index)
+    size = np.minimum(int(batch or 1), np.maximum(num_train, 1))
+    epochs = int(run.settings.get("algorithm.epochs", 1))
+    count = np.full(len(num_train), steps) if steps else epochs * -(-num_train // size)
+    if per == "sample":
+        count = count * size if steps else epochs * num_train
+    per_client = pd.Series(count * table["forward_macs_per_sample"].to_numpy(), table.index)
     per_round = per_client.reindex(pairs["client"]).to_numpy()
     total = pd.Series(per_round, index=pairs["round"].to_numpy()).groupby(level=0).sum()
     return float(total.reindex(run.rounds["round"], fill_value=0).mean())
@@ -132,18 +137,20 @@ def render(time: pd.DataFrame, cost: pd.DataFrame, layers: pd.DataFrame) -> str:
         "",
         "MB = 2^20 bytes over all clients of a round. Client GFLOPs: mecsim's count (forward",
         "and backward FLOPs run, a multiply-accumulate = 2); client GMACs (paper): KAPC's",
-        "convention (pytorch-OpCounter: forward multiply-accumulates per sample x samples).",
+        "convention (pytorch-OpCounter on one sample, counted once per optimizer step);",
+        "per sample: the same count once per trained sample.",
         "Accuracy: the personalized accuracy (evaluation.personal_mean) of the last and of",
         "the best round.",
         "",
-        "| run | up MB | down MB | client GFLOPs | client GMACs (paper) | server GFLOPs"
-        " | server memory MB | final acc | best acc |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| run | up MB | down MB | client GFLOPs | client GMACs (paper) | per sample"
+        " | server GFLOPs | server memory MB | final acc | best acc |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for _, r in cost.iterrows():
         lines.append(
             f"| {r['run']} | {r['up_mb']:.3f} | {r['down_mb']:.3f} | {r['client_gflops']:.4f}"
-            f" | {r['client_gmacs_paper']:.4f} | {r['server_gflops']:.6f}"
+            f" | {r['client_gmacs_paper']:.4f} | {r['client_gmacs_samples']:.4f}"
+            f" | {r['server_gflops']:.6f}"
             f" | {r['server_memory_mb']:.3f} | {r['final_mean_acc']:.4f}"
             f" | {r['best_mean_acc']:.4f} |"
         )
