@@ -42,6 +42,8 @@ class RunRecord:
     """The resolved scenario, flattened to dotted keys (what :func:`distinguish` compares)."""
     clients: pd.DataFrame | None = None
     """The clients table, where the run directory has one."""
+    decisions: pd.DataFrame | None = None
+    """The decisions table (scheduling, power, band), where the run directory has one."""
 
 
 def flatten(mapping: dict, prefix: str = "") -> dict[str, object]:
@@ -130,12 +132,7 @@ def load_run(run_dir: str | Path) -> RunRecord:
         raise MecsimError(
             f"{run_dir} lacks the column {missing[0]!r} in its tables; rerun the run or leave it out"
         )
-    clients = None
-    if (run_dir / "clients.parquet").is_file():
-        try:
-            clients = pd.read_parquet(run_dir / "clients.parquet")
-        except (OSError, ValueError):
-            clients = None  # only the paper-convention columns of mecsim report read it
+    clients, decisions = (_optional_table(run_dir, n) for n in ("clients", "decisions"))
     return RunRecord(
         f"{algorithm} / {protocol}",
         algorithm,
@@ -145,7 +142,18 @@ def load_run(run_dir: str | Path) -> RunRecord:
         summary,
         flatten(scenario),
         clients,
+        decisions,
     )
+
+
+def _optional_table(run_dir: Path, name: str) -> pd.DataFrame | None:
+    """``NAME.parquet`` of a run directory, or None where it has none (older runs): only
+    the report's paper-convention and the band utilization columns read these."""
+    path = run_dir / f"{name}.parquet"
+    try:
+        return pd.read_parquet(path) if path.is_file() else None
+    except (OSError, ValueError):
+        return None
 
 
 RUN_TABLE_COLUMNS = {
@@ -293,7 +301,17 @@ def compare_runs(
         row.update(communication(run))
         trainers = int(run.settings.get("clients.count", 0) or 0)
         trainers -= int(run.settings.get("evaluation.new_clients", 0) or 0)
-        row.update(scheduling_measures(run.events, run.rounds, run.summary, trainers))
+        band = run.settings.get("network.uplink.total_bandwidth_mhz")
+        row.update(
+            scheduling_measures(
+                run.events,
+                run.rounds,
+                run.summary,
+                trainers,
+                run.decisions,
+                float(band) * 1e6 if band else None,
+            )
+        )
         rows.append(row)
     table = pd.DataFrame(rows)
     matched = match_baselines(runs, baseline)

@@ -7,7 +7,12 @@ took, how evenly the clients took part, how hard and how long they transmitted.
   ``n`` clients that train: 1 when all took part equally, ``1/n`` when one did all;
 * ``mean_tx_power_w`` - the clients' transmit energy over their air time;
 * ``energy_j_per_client`` - ``energy_j.total`` of ``summary.json`` (idle included)
-  over the ``n`` clients.
+  over the ``n`` clients;
+* ``band_utilization`` - on a finite cell band W (``network.uplink.total_bandwidth_mhz``),
+  the band-time the uploads used, ``sum_i b_i d_i`` (each upload's mean band, its
+  ``band`` decision, times its air time), over ``W`` times the time any upload was on
+  the air: 1 when the band was never idle while someone uploaded (NaN without a cell
+  band or band decisions).
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ SCHEDULING_COLUMNS = (
     "participation_jain",
     "mean_tx_power_w",
     "energy_j_per_client",
+    "band_utilization",
 )
 
 
@@ -32,10 +38,46 @@ def jain_index(x: np.ndarray) -> float:
     return float(np.sum(x, dtype=float)) ** 2 / (len(x) * square_sum) if square_sum else math.nan
 
 
+def band_utilization(
+    events: pd.DataFrame, decisions: pd.DataFrame | None, band_hz: float | None
+) -> float:
+    """The module docstring's ``band_utilization`` of one run."""
+    if decisions is None or not band_hz or decisions.empty:
+        return math.nan
+    bands = decisions[decisions["decision"] == "band"]
+    uploads = events[(events["phase"] == "upload") & (events["role"] == "sender")]
+    if bands.empty or uploads.empty:
+        return math.nan
+    # the k-th upload of (round, client) took the k-th band decision of that pair
+    uploads = uploads.sort_values("t_start").assign(
+        k=lambda f: f.groupby(["round", "client"]).cumcount()
+    )
+    bands = bands.sort_values("t").assign(k=lambda f: f.groupby(["round", "client"]).cumcount())
+    paired = uploads.merge(bands, on=["round", "client", "k"], how="inner")
+    used = float((paired["value"] * paired["duration_s"]).sum())
+    return used / (band_hz * _union_length(uploads["t_start"], uploads["t_end"]))
+
+
+def _union_length(starts: pd.Series, ends: pd.Series) -> float:
+    """The total length of the union of the intervals [start, end)."""
+    total, reach = 0.0, -math.inf
+    for start, end in sorted(zip(starts.to_numpy(), ends.to_numpy(), strict=True)):
+        if end > reach:
+            total += end - max(start, reach)
+            reach = end
+    return total
+
+
 def scheduling_measures(
-    events: pd.DataFrame, rounds: pd.DataFrame, summary: dict[str, Any], trainers: int
+    events: pd.DataFrame,
+    rounds: pd.DataFrame,
+    summary: dict[str, Any],
+    trainers: int,
+    decisions: pd.DataFrame | None = None,
+    band_hz: float | None = None,
 ) -> dict[str, float]:
-    """The module docstring's measures of one run (``trainers``: clients that train)."""
+    """The module docstring's measures of one run (``trainers``: clients that train;
+    ``decisions`` and the cell's ``band_hz``: for the band utilization)."""
     rows = events[(events["client"] >= 0) & (events["round"] >= 0)]
     took_part = rows[rows["direction"] != "none"].drop_duplicates(["client", "job"])
     x = took_part["client"].value_counts().reindex(range(trainers), fill_value=0).to_numpy()
@@ -48,6 +90,7 @@ def scheduling_measures(
         "participation_jain": jain_index(x) if trainers else math.nan,
         "mean_tx_power_w": float(sends["energy_j"].sum()) / air_s if air_s > 0 else math.nan,
         "energy_j_per_client": float(total) / trainers if trainers else math.nan,
+        "band_utilization": band_utilization(events, decisions, band_hz),
     }
 
 
@@ -58,11 +101,13 @@ def render_scheduling(table: pd.DataFrame) -> list[str]:
         "## Scheduling",
         "",
         "Clients a round took, Jain's index of how evenly clients took part (1: equally),",
-        "the clients' mean transmit power over their air time, and energy per client",
-        "(`summary.json`'s total, idle included).",
+        "the clients' mean transmit power over their air time, energy per client",
+        "(`summary.json`'s total, idle included), and the share of a finite cell band the",
+        "uploads used while any was on the air.",
         "",
-        "| run | clients/round | participation fairness | mean tx power W | J per client |",
-        "| --- | ---: | ---: | ---: | ---: |",
+        "| run | clients/round | participation fairness | mean tx power W | J per client"
+        " | band utilization |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
     ]
     for _, r in table.iterrows():
         cells = [f"{r[c]:.3f}" if not math.isnan(r[c]) else "-" for c in SCHEDULING_COLUMNS]

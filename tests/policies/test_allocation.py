@@ -139,3 +139,29 @@ def test_min_max_ends_unlike_uploads_at_the_time_an_independent_solution_predict
     t_star = brentq(lambda t: sum(band(i, t) for i in range(3)) - 10e6, alone, 1e3,
                     xtol=1e-15, rtol=1e-13)  # fmt: skip
     np.testing.assert_allclose(up["duration_s"], t_star, rtol=1e-7)
+
+
+def test_band_utilization_is_the_band_time_used_over_the_band_time_on_offer():
+    """Two like clients sharing 10 MHz in halves use the whole band while they upload (1);
+    measured against a 20 MHz offer, half of it; each client on its own band: NaN."""
+    from mecsim.analysis.scheduling import band_utilization
+
+    def utilization(overrides, band_mhz):
+        result = mecsim.run(QUICKSTART, [*TWINS, *overrides], write=False)
+        return band_utilization(result.events, result.decisions, band_mhz * 1e6)
+
+    assert utilization(["network.uplink.allocation=equal"], 10) == pytest.approx(1, rel=1e-9)
+    # a 20 MHz offer while the two split 10 MHz: half the band idle
+    assert utilization(["network.uplink.allocation=equal"], 20) == pytest.approx(0.5, rel=1e-9)
+    result = mecsim.run(QUICKSTART, TWINS[:-1], write=False)  # each client its own band
+    assert math.isnan(band_utilization(result.events, result.decisions, None))
+
+
+def test_compare_shows_the_band_utilization_of_each_run(tmp_path):
+    from mecsim.analysis.compare import compare_runs, load_run
+
+    for name in ("equal", "min_max"):
+        overrides = [*TWINS, f"network.uplink.allocation={name}"]
+        mecsim.run(QUICKSTART, overrides, out=tmp_path / name)
+    table = compare_runs([load_run(tmp_path / n) for n in ("equal", "min_max")], [])
+    np.testing.assert_allclose(table["band_utilization"], 1.0, rtol=1e-9)
