@@ -128,6 +128,32 @@ class LinkChecks:
             rates = bandwidth_hz * np.log2(1.0 + sinrs)
         return float(np.mean(np.where(sinrs >= self.min_sinr, rates, 0.0)))
 
+    def check_deadlines(self, nbytes: dict[int, int], what: str, round_s: float | None) -> None:
+        """Refuse deadlines no allocation or power can meet: every client's upload of
+        ``nbytes[client]``, alone on its band at full power, longer than
+        ``network.uplink.power_deadline_s`` (``min_energy``) or the round's ``round_s``
+        (``protocol.deadline_s``: no update would ever arrive)."""
+        const = self.link_constants()
+        rate = self._mean_rates(const["bandwidth_hz"], const["tx_power_w"])
+        moves = [c for c, n in nbytes.items() if n > 0]
+        if not moves:
+            return
+        with np.errstate(divide="ignore"):
+            seconds = 8 * np.asarray([nbytes[c] for c in moves]) / rate[moves]
+        fastest = float(seconds.min())
+        uplink = self.config.uplink
+        limits = [("protocol.deadline_s", round_s)]
+        if uplink.power == "min_energy":
+            limits.append(("network.uplink.power_deadline_s", uplink.power_deadline_s))
+        for key, limit in limits:
+            if limit is not None and fastest > limit:
+                raise ConfigError(
+                    key,
+                    f"{limit} s is shorter than every client's upload of {what} alone at full "
+                    f"power (the fastest takes {fastest:.3g} s): no allocation meets it; give "
+                    f"at least {fastest:.3g} s",
+                )
+
     def check_transfer_times(self, nbytes: dict[int, int], what: str) -> None:
         """Refuse, before the run, transfers of ``nbytes[client]`` that cannot be simulated:
         longer than :data:`MAX_TRANSFER_S` at the link's mean rate (outage included),

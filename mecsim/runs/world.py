@@ -449,10 +449,9 @@ def build_world(sc: Scenario, torch_device: torch.device) -> World:
         name: payload_nbytes(arch.initial.to_payload())
         for name, arch in models.architectures.items()
     }
-    network.check_transfer_times(
-        {c.id: model_nbytes[arch] for c, arch in zip(clients, models.client_arch, strict=True)},
-        "the model",
-    )
+    nbytes = {c.id: model_nbytes[arch] for c, arch in zip(clients, models.client_arch, strict=True)}
+    network.check_transfer_times(nbytes, "the model")
+    network.check_deadlines(nbytes, "the model", getattr(sc.protocol, "deadline_s", None))
     label_counts = None
     if not cost_only:
         label_counts = [

@@ -105,6 +105,10 @@ def test_check_run_catches_a_power_above_the_maximum_or_an_energy_at_another_pow
         (["network.uplink.power=min_energy", "network.uplink.power_deadline_s=1",
           "network.cells=[{x_m=0, y_m=0}, {x_m=500, y_m=0}]", "clients.x_m=100", "clients.y_m=0"],
          "network.uplink.power: 'min_energy' runs on one cell"),
+        (["network.uplink.power=min_energy", "network.uplink.power_deadline_s=1e-6"],
+         "network.uplink.power_deadline_s: 1e-06 s is shorter than every client's upload"),
+        (["protocol.kind=deadline", "protocol.deadline_s=1e-6"],
+         "protocol.deadline_s: 1e-06 s is shorter than every client's upload"),
     ],
 )  # fmt: skip
 def test_bad_power_settings_are_one_line(tiny, refused, overrides, field):
