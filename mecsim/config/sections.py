@@ -22,6 +22,7 @@ from mecsim.algorithms.base import AlgorithmSettings
 from mecsim.common.distributions import NameAttr, NumberAttr, Uniform, attribute_values
 from mecsim.common.section import Section
 from mecsim.engine.faults import FaultsConfig
+from mecsim.learning.devices import DEVICES, DeviceProfile, device_catalog
 from mecsim.net.settings import MobilityConfig, NetworkConfig
 from mecsim.policies.scheduling import SchedulingSettings
 from mecsim.protocols.settings import ProtocolSettings
@@ -429,6 +430,20 @@ class CompareConfig(Section):
     )
 
 
+class DeviceSpec(Section):
+    """A compute device defined in the scenario (``[[devices]]``), usable wherever a device
+    name is (``clients.device``, a client table's ``device`` column, ``server.device``,
+    ``network.cells.N.device``)."""
+
+    name: str = Field(pattern=SAFE_NAME, description="the name clients.device refers to")
+    flops_per_s: float = Field(gt=0, le=1e18, description="effective training FLOP/s")
+    power_w: float = Field(ge=0, le=1e5, description="power while computing, W")
+    rx_power_w: float = Field(default=0.0, ge=0, le=1e5, description="power while receiving, W")
+    idle_power_w: float = Field(
+        default=0.0, ge=0, le=1e5, description="power while waiting in a round, W"
+    )
+
+
 class Scenario(Section):
     """A whole scenario; build one with :func:`load_scenario` or :func:`validate_scenario`."""
 
@@ -451,6 +466,29 @@ class Scenario(Section):
     evaluation: EvaluationConfig = Field(default_factory=EvaluationConfig)
     execution: ExecutionConfig = Field(default_factory=ExecutionConfig)
     compare: CompareConfig = Field(default_factory=CompareConfig)
+    devices: list[DeviceSpec] = Field(
+        default_factory=list,
+        description="[[devices]] tables: compute devices beside the built-in ones "
+        "(name, flops_per_s, power_w, rx_power_w, idle_power_w); mecsim list devices "
+        "shows the built-ins",
+    )
     versions: dict[str, str] | None = Field(
         default=None, description="informational: versions that wrote a resolved scenario"
     )
+
+    @field_validator("devices")
+    @classmethod
+    def _new_device_names(cls, devices: list[DeviceSpec]) -> list[DeviceSpec]:
+        seen: set[str] = set()
+        for device in devices:
+            if device.name in DEVICES or device.name in seen:
+                raise ValueError(
+                    f"{device.name!r} is already a device (built-in, plug-in or defined "
+                    "above); give this one another name"
+                )
+            seen.add(device.name)
+        return devices
+
+    def device_catalog(self):  # -> Registry[DeviceProfile]
+        """The devices this scenario may name: the built-ins and plug-ins, and its own."""
+        return device_catalog([DeviceProfile(**d.model_dump()) for d in self.devices])

@@ -28,7 +28,6 @@ from mecsim.config.problems import Problem, ScenarioError, problems_from
 from mecsim.config.sections import Scenario
 from mecsim.executors import EXECUTORS
 from mecsim.learning.data import DATASETS, PARTITIONS, dataset_shape
-from mecsim.learning.devices import DEVICES
 from mecsim.learning.models import MODELS
 from mecsim.policies.allocation import ALLOCATIONS
 from mecsim.policies.power import POWER_CONTROLS
@@ -42,12 +41,13 @@ __all__ = ["Problem", "ScenarioError", "validate_scenario"]
 
 def _check_names(scenario: Scenario) -> list[Problem]:
     """Registry names and value ranges that pydantic's field types cannot express."""
+    devices = scenario.device_catalog()
     checks = [
         ("data.dataset", scenario.data.dataset, DATASETS),
         ("data.partition", scenario.data.partition, PARTITIONS),
         ("algorithm.name", scenario.algorithm.name, ALGORITHMS),
         ("network.fading", scenario.network.fading, FADING),
-        ("server.device", scenario.server.device, DEVICES),
+        ("server.device", scenario.server.device, devices),
         ("network.uplink.power", scenario.network.uplink.power, POWER_CONTROLS),
         ("network.uplink.allocation", scenario.network.uplink.allocation, ALLOCATIONS),
     ]
@@ -55,7 +55,7 @@ def _check_names(scenario: Scenario) -> list[Problem]:
         checks.append(("data.public_dataset", scenario.data.public_dataset, DATASETS))
     for i, cell in enumerate(scenario.network.cells):
         if cell.device is not None:
-            checks.append((f"network.cells.{i}.device", cell.device, DEVICES))
+            checks.append((f"network.cells.{i}.device", cell.device, devices))
     if scenario.execution.executor != "auto":
         checks.append(("execution.executor", scenario.execution.executor, EXECUTORS))
     problems = []
@@ -69,8 +69,8 @@ def _check_names(scenario: Scenario) -> list[Problem]:
             problems.append(Problem("model.name", f"unknown model {model!r}; allowed: {allowed}"))
     problems += _check_algorithm(scenario) + _check_scheduling(scenario)
     for device in attribute_values(scenario.clients.device) or []:
-        if device not in DEVICES:
-            allowed = ", ".join(DEVICES.names())
+        if device not in devices:
+            allowed = ", ".join(devices.names())
             problems.append(
                 Problem("clients.device", f"unknown device {device!r}; allowed: {allowed}")
             )
@@ -138,13 +138,14 @@ def _check_client_table(scenario: Scenario) -> list[Problem]:
 
     table = read_client_table(scenario.clients.table)
     problems = []
+    devices = scenario.device_catalog()
     for device in sorted(set(table["device"])) if "device" in table else []:
-        if device not in DEVICES:
+        if device not in devices:
             problems.append(
                 Problem(
                     "clients.table",
                     f"unknown device {device!r} in {scenario.clients.table}; allowed: "
-                    + ", ".join(DEVICES.names()),
+                    + ", ".join(devices.names()),
                 )
             )
     if "num_samples" in table and not scenario.execution.cost_only:

@@ -30,6 +30,7 @@ from mecsim.algorithms.base import (
     Task,
 )
 from mecsim.common.errors import ConfigError
+from mecsim.common.registry import Registry
 from mecsim.engine.checkpoint import Ledger
 from mecsim.engine.compute import Computing
 from mecsim.engine.evaluation import Evaluation, Evaluator
@@ -41,7 +42,7 @@ from mecsim.engine.scheduling import Scheduling
 from mecsim.engine.server import ServerWork
 from mecsim.engine.transfers import Transfers
 from mecsim.executors import ClientJob, Executor, JobResult, TrainingContext
-from mecsim.learning.devices import DeviceProfile
+from mecsim.learning.devices import DEVICES, DeviceProfile
 from mecsim.learning.state import ModelState, Payload, state_nbytes
 from mecsim.net.network import ClientProfile, Network
 from mecsim.policies.scheduling import SchedulingPolicy, SchedulingSettings
@@ -80,8 +81,11 @@ class Simulation(Transfers, Computing, ServerWork, Scheduling):
         new_client_adaptation: str = "algorithm",
         new_client_epochs: int = 1,
         scheduler: SchedulingPolicy | None = None,
+        devices: Registry[DeviceProfile] | None = None,
     ) -> None:
         self.env = simpy.Environment()
+        self.devices = DEVICES if devices is None else devices
+        """The devices a name may refer to (the scenario's ``[[devices]]`` among them)."""
         network.bind(self.env)
         self.algorithm = algorithm
         self.executor = executor

@@ -3,7 +3,8 @@
 The figures are *effective* training throughputs of small-batch PyTorch
 workloads (well below datasheet peaks) and typical board power under load.
 They are order-of-magnitude assumptions, stated here so a user can replace
-them; override per scenario by registering a profile from Python. Receive
+them; define others in a scenario's ``[[devices]]`` tables, or register a
+profile from Python (a plug-in). Receive
 power is drawn while downloading; idle power while a client waits in a round
 (for the server's next model, or for spectrum); both are typical radio and
 SoC figures, not measurements.
@@ -12,6 +13,7 @@ SoC figures, not measurements.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -86,3 +88,18 @@ for _name, _flops, _power, _rx, _idle, _desc in [
         DeviceProfile(_name, _flops, _power, _rx, _idle),
         f"{_desc}; receive {_rx:g} W, idle {_idle:g} W",
     )
+
+
+def device_catalog(extra: Sequence[DeviceProfile] = ()) -> Registry[DeviceProfile]:
+    """The built-in and plug-in devices plus ``extra`` (a scenario's ``[[devices]]``), as
+    a registry of their own: a scenario's devices never enter :data:`DEVICES`, so two
+    scenarios in one process may each define theirs."""
+    if not extra:
+        return DEVICES
+    catalog: Registry[DeviceProfile] = Registry("device", "clients.device")
+    for name, description in DEVICES.describe().items():
+        catalog.add(name, DEVICES.get(name), description)
+    for device in extra:
+        catalog.add(device.name, device, f"from the scenario: {device.flops_per_s:g} FLOP/s, "
+                    f"{device.power_w:g} W")  # fmt: skip
+    return catalog

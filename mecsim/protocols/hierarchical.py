@@ -68,7 +68,7 @@ from pydantic import Field, model_validator
 
 from mecsim.algorithms.base import SERVER, Algorithm, ServerState, Upload
 from mecsim.engine.simulation import Process, Simulation
-from mecsim.learning.devices import DEVICES, energy_j
+from mecsim.learning.devices import energy_j
 from mecsim.learning.state import payload_nbytes
 from mecsim.protocols.registry import register_protocol
 from mecsim.protocols.settings import ProtocolSettings
@@ -224,7 +224,7 @@ def _edge_rounds(
                 row.updates += len(arrived)
             elif arrived:
                 arrived.sort(key=lambda u: u.client)  # order-independent sums
-                at = (DEVICES.get(sim.network.cells[cell].device), cell)
+                at = (sim.devices.get(sim.network.cells[cell].device), cell)
                 edges[cell] = yield from sim.aggregate_at(round_, edges[cell], arrived, at)
                 row.updates += len(arrived)
         row.finish()

@@ -37,7 +37,6 @@ from mecsim.engine.simulation import Simulation
 from mecsim.executors import Executor, TrainingContext, make_executor
 from mecsim.executors.calibration import Calibration, calibrate
 from mecsim.executors.cost_only import CostOnlyExecutor
-from mecsim.learning.devices import DEVICES
 from mecsim.policies.scheduling import SCHEDULERS
 from mecsim.protocols import PROTOCOLS
 from mecsim.runs.output import (
@@ -301,7 +300,8 @@ def build_simulation(
         network=world.network,
         clients=world.clients,
         indices=[world.data.client_indices(c) for c in range(sc.clients.count)],
-        server_device=DEVICES.get(sc.server.device),
+        server_device=sc.device_catalog().get(sc.server.device),
+        devices=sc.device_catalog(),
         evaluator=evaluator,
         protocol=sc.protocol,
         seed=sc.seed,

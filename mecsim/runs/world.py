@@ -22,6 +22,7 @@ from mecsim.algorithms import ALGORITHMS
 from mecsim.channels import LogDistancePathLoss
 from mecsim.common.distributions import sample_attribute
 from mecsim.common.errors import ConfigError
+from mecsim.common.registry import Registry
 from mecsim.common.rng import derive_seed, numpy_rng
 from mecsim.config.client_table import out_of_range, range_text, read_client_table
 from mecsim.config.ineffective import ineffective_settings
@@ -34,7 +35,7 @@ from mecsim.learning.data import build_client_data, dataset_shape, load_dataset
 from mecsim.learning.data.datasets import Dataset
 from mecsim.learning.data.federated import ClientSplits, hold_out_public
 from mecsim.learning.data.partition import proportional_counts
-from mecsim.learning.devices import DEVICES
+from mecsim.learning.devices import DEVICES, DeviceProfile
 from mecsim.learning.models import build_model, forward_flops_per_sample
 from mecsim.learning.models.catalog import Architecture, ModelCatalog
 from mecsim.learning.state import payload_nbytes
@@ -53,7 +54,7 @@ def build_links(sc: Scenario) -> tuple[list[ClientProfile], Network]:
     net = sc.network
     cells = build_cells(net, sc.server.device)  # (Network's own default with none given)
     pathloss = LogDistancePathLoss(net.pathloss_db, net.reference_m, net.exponent)
-    clients = build_clients(sc.clients, sc.seed, cells, pathloss)
+    clients = build_clients(sc.clients, sc.seed, cells, pathloss, sc.device_catalog())
     trajectories = build_trajectories(sc.clients.mobility, clients, cells, sc.seed)
     if isinstance(trajectories, TraceMobility):  # the trace says where clients start
         clients = _placed(clients, trajectories.x0, trajectories.y0, cells, pathloss,
@@ -143,7 +144,11 @@ def _associate(
 
 
 def build_clients(
-    cfg: ClientsConfig, seed: int, cells: list[Cell], pathloss: LogDistancePathLoss
+    cfg: ClientsConfig,
+    seed: int,
+    cells: list[Cell],
+    pathloss: LogDistancePathLoss,
+    catalog: Registry[DeviceProfile] = DEVICES,
 ) -> list[ClientProfile]:
     """Sample each client's radio and device from the ``[clients]`` attribute streams;
     with positions, measure each client's distance to ``cells`` and associate it."""
@@ -167,7 +172,7 @@ def build_clients(
                 f"must lie in {range_text(key)}: narrow the distribution",
             )
     device = attribute("device")
-    devices = {name: DEVICES.get(name) for name in map(str, np.unique(device))}
+    devices = {name: catalog.get(name) for name in map(str, np.unique(device))}
     x = np.asarray(values.get("x_m", np.full(n, math.nan)), float)
     y = np.asarray(values.get("y_m", np.full(n, math.nan)), float)
     cell = np.zeros(n, dtype=np.int64)
