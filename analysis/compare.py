@@ -133,22 +133,13 @@ def load_run(run_dir: str | Path) -> RunRecord:
             f"{run_dir} lacks the column {missing[0]!r} in its tables; rerun the run or leave it out"
         )
     clients, decisions = (_optional_table(run_dir, n) for n in ("clients", "decisions"))
-    return RunRecord(
-        f"{algorithm} / {protocol}",
-        algorithm,
-        protocol,
-        rounds,
-        events,
-        summary,
-        flatten(scenario),
-        clients,
-        decisions,
-    )
+    label = f"{algorithm} / {protocol}"
+    return RunRecord(label, algorithm, protocol, rounds, events, summary, flatten(scenario),
+                     clients, decisions)  # fmt: skip
 
 
 def _optional_table(run_dir: Path, name: str) -> pd.DataFrame | None:
-    """``NAME.parquet`` of a run directory, or None where it has none (older runs): only
-    the report's paper-convention and the band utilization columns read these."""
+    """``NAME.parquet`` of a run directory, or None where it has none (older runs)."""
     path = run_dir / f"{name}.parquet"
     try:
         return pd.read_parquet(path) if path.is_file() else None

@@ -16,8 +16,6 @@ MAX_FUNCTION = 60
 EXCEPTIONS = {
     "mecsim/learning/data/federated.py:build_client_data": "45 of its lines are the signature and the "
     "docstring that states the local-test rules of Chen et al. (App. B)",
-    "mecsim/executors/batched.py:train_batched": "the lockstep SGD loop, kept whole so its step "
-    "order reads line for line like training.train, which it must equal",
     "mecsim/engine/simulation.py:__init__": "one assignment per piece of run state",
     "mecsim/commands/comparison.py:compare": "a straight sequence: read runs, tabulate, write each output",
     "analysis/costs.py:summarize": "one summary entry per line, each from the events table",

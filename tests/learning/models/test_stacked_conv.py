@@ -105,8 +105,7 @@ def test_timing_the_formulations_works_from_inside_a_vmap():
     assert chosen and chosen[0] in FORMULATIONS
 
 
-@pytest.mark.parametrize("kernels", ["gemm", "grouped_nhwc"])
-def test_resnet_trains_under_bf16_with_its_convolutions_intercepted(kernels):
+def test_resnet_trains_under_bf16_with_its_convolutions_intercepted():
     """The intercepted convolution runs in bf16 under autocast but hands vmap the input's
     dtype, as vmap's own rule does: BatchNorm's rule takes no bf16 input with fp32
     statistics (this failed on an H100 and, pinned, on a CPU)."""
@@ -115,17 +114,17 @@ def test_resnet_trains_under_bf16_with_its_convolutions_intercepted(kernels):
     from mecsim.learning.training import Schedule, SplitData
 
     g = torch.Generator().manual_seed(0)
-    model = build_model("resnet18", input_shape=(3, 16, 16), num_classes=10, seed=0)
-    x, y = torch.randn(40, 3, 16, 16, generator=g), torch.randint(0, 10, (40,), generator=g)
+    model = build_model("resnet18", input_shape=(3, 8, 8), num_classes=10, seed=0)
+    x, y = torch.randn(16, 3, 8, 8, generator=g), torch.randint(0, 10, (16,), generator=g)
 
     def mean_loss(precision):
-        function = ModelFunction(model, precision=precision, kernels=kernels)
+        function = ModelFunction(model, precision=precision, kernels="gemm")
         splits = [
-            {"train": SplitData(x, y, torch.arange(i * 20, i * 20 + 20), 10, torch.Generator())}
+            {"train": SplitData(x, y, torch.arange(i * 8, i * 8 + 8), 8, torch.Generator())}
             for i in range(2)
         ]
         starts = [ModelState.of(model)] * 2
-        schedule = Schedule(batch_size=10, lr=0.01)
+        schedule = Schedule(batch_size=8, lr=0.01)
         results = train_batched(function, starts, splits, schedule, cross_entropy_loss("train"))
         return results[0].loss
 
