@@ -163,8 +163,8 @@ def settings_of(kind: str, name: str) -> tuple[type[BaseModel], str]:
     if name not in sections:
         raise ConfigError("section", _unknown(name, list(sections)))
     model = sections[name]
-    lines = (model.__doc__ or "").strip().splitlines()
-    return model, lines[0] if lines else f"the [{name}] table"
+    paragraph = (model.__doc__ or "").strip().split("\n\n")[0]  # the first whole paragraph
+    return model, " ".join(paragraph.split()) or f"the [{name}] table"
 
 
 def _unknown(name: str, allowed: list[str]) -> str:

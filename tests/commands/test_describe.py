@@ -123,3 +123,15 @@ def test_describe_section_accepts_every_section_path(path, capsys):
     assert main(["describe", "section", path]) == 0
     out = capsys.readouterr().out
     assert f"keys under [{path}]" in out
+
+
+def test_every_sections_description_is_whole_sentences(capsys):
+    """A docstring's first paragraph, however many lines it spans, never its first line
+    alone (``[[devices]]``'s stopped at "usable wherever a device")."""
+    from mecsim.commands.cli import main
+    from mecsim.commands.describe import section_models
+
+    for name in section_models():
+        assert main(["describe", "section", name]) == 0
+        first = capsys.readouterr().out.splitlines()[0]
+        assert first.rstrip().endswith((".", ")", ".)")), first
