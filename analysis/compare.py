@@ -44,6 +44,8 @@ class RunRecord:
     """The clients table, where the run directory has one."""
     decisions: pd.DataFrame | None = None
     """The decisions table (scheduling, power, band), where the run directory has one."""
+    run_dir: Path | None = None
+    """Where it was read from (what tells apart runs whose settings are all equal)."""
 
 
 def flatten(mapping: dict, prefix: str = "") -> dict[str, object]:
@@ -77,13 +79,9 @@ def settings_signature(
 
 def distinguish(runs: list[RunRecord], ignore: tuple[str, ...] = ()) -> None:
     """Make labels unique: runs sharing a label get ``key=value`` for each setting
-    (but ``ignore``) that differs among them appended."""
-    groups: dict[str, list[RunRecord]] = {}
-    for run in runs:
-        groups.setdefault(run.label, []).append(run)
-    for group in groups.values():
-        if len(group) < 2:
-            continue
+    (but ``ignore``) that differs among them appended; runs that still share one (every
+    setting equal), their run directory's name."""
+    for group in _label_ties(runs):
         keys = sorted({k for r in group for k in r.settings if _compared(k, ignore)})
         differing = [k for k in keys if len({repr(r.settings.get(k)) for r in group}) > 1]
         chosen = [k for k in differing if not _implied(k, group)]
@@ -92,6 +90,16 @@ def distinguish(runs: list[RunRecord], ignore: tuple[str, ...] = ()) -> None:
             extra = ", ".join(f"{k}={run.settings.get(k)}" for k in differing)
             if extra:
                 run.label = f"{run.label} ({extra})"
+    for run in (r for group in _label_ties(runs) for r in group if r.run_dir is not None):
+        run.label = f"{run.label} [{run.run_dir.name}]"
+
+
+def _label_ties(runs: list[RunRecord]) -> list[list[RunRecord]]:
+    """The groups of two or more runs that share a label."""
+    groups: dict[str, list[RunRecord]] = {}
+    for run in runs:
+        groups.setdefault(run.label, []).append(run)
+    return [group for group in groups.values() if len(group) > 1]
 
 
 def load_run(run_dir: str | Path) -> RunRecord:
@@ -135,7 +143,7 @@ def load_run(run_dir: str | Path) -> RunRecord:
     clients, decisions = (_optional_table(run_dir, n) for n in ("clients", "decisions"))
     label = f"{algorithm} / {protocol}"
     return RunRecord(label, algorithm, protocol, rounds, events, summary, flatten(scenario),
-                     clients, decisions)  # fmt: skip
+                     clients, decisions, run_dir)  # fmt: skip
 
 
 def _optional_table(run_dir: Path, name: str) -> pd.DataFrame | None:
@@ -290,19 +298,7 @@ def compare_runs(
         handovers = run.events["phase"].astype(str).str.startswith("handover").sum()
         row["handovers_per_round"] = float(handovers) / max(len(run.rounds), 1)
         row.update(communication(run))
-        trainers = int(run.settings.get("clients.count", 0) or 0)
-        trainers -= int(run.settings.get("evaluation.new_clients", 0) or 0)
-        band = run.settings.get("network.uplink.total_bandwidth_mhz")
-        row.update(
-            scheduling_measures(
-                run.events,
-                run.rounds,
-                run.summary,
-                trainers,
-                run.decisions,
-                float(band) * 1e6 if band else None,
-            )
-        )
+        row.update(scheduling_measures(run))
         rows.append(row)
     table = pd.DataFrame(rows)
     matched = match_baselines(runs, baseline)

@@ -19,7 +19,7 @@ counter: a multiply-accumulate is 2 FLOPs; losses' element-wise work where
 metered). The paper counted with pytorch-OpCounter, which reports forward
 multiply-accumulates of a model per sample; ``client_gmacs_paper`` is that
 figure once per optimizer step of the round's local training (a batch-of-1
-count taken once a step: Table 6's 424.13 GMACs for FedAvg within 2 %), and
+count taken once a step: 444.3 GMACs for FedAvg against Table 6's 424.13, within 5 %), and
 ``client_gmacs_samples`` once per trained sample (:func:`paper_client_macs`).
 """
 

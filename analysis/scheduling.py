@@ -18,10 +18,13 @@ took, how evenly the clients took part, how hard and how long they transmitted.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
+
+if TYPE_CHECKING:
+    from mecsim.analysis.compare import RunRecord
 
 SCHEDULING_COLUMNS = (
     "clients_per_round",
@@ -68,16 +71,12 @@ def _union_length(starts: pd.Series, ends: pd.Series) -> float:
     return total
 
 
-def scheduling_measures(
-    events: pd.DataFrame,
-    rounds: pd.DataFrame,
-    summary: dict[str, Any],
-    trainers: int,
-    decisions: pd.DataFrame | None = None,
-    band_hz: float | None = None,
-) -> dict[str, float]:
-    """The module docstring's measures of one run (``trainers``: clients that train;
-    ``decisions`` and the cell's ``band_hz``: for the band utilization)."""
+def scheduling_measures(run: RunRecord) -> dict[str, float]:
+    """The module docstring's measures of one run (``n``: its clients that train)."""
+    events, rounds, summary, settings = run.events, run.rounds, run.summary, run.settings
+    trainers = int(settings.get("clients.count", 0) or 0)
+    trainers -= int(settings.get("evaluation.new_clients", 0) or 0)
+    band_mhz = settings.get("network.uplink.total_bandwidth_mhz")
     rows = events[(events["client"] >= 0) & (events["round"] >= 0)]
     took_part = rows[rows["direction"] != "none"].drop_duplicates(["client", "job"])
     x = took_part["client"].value_counts().reindex(range(trainers), fill_value=0).to_numpy()
@@ -90,7 +89,9 @@ def scheduling_measures(
         "participation_jain": jain_index(x) if trainers else math.nan,
         "mean_tx_power_w": float(sends["energy_j"].sum()) / air_s if air_s > 0 else math.nan,
         "energy_j_per_client": float(total) / trainers if trainers else math.nan,
-        "band_utilization": band_utilization(events, decisions, band_hz),
+        "band_utilization": band_utilization(
+            events, run.decisions, float(band_mhz) * 1e6 if band_mhz else None
+        ),
     }
 
 

@@ -70,12 +70,6 @@ def report(run_dirs: Sequence[str | Path], out: str | Path, overwrite: bool = Fa
 
     records = [load_run(d) for d in run_dirs]
     distinguish(records)
-    by_label: dict[str, list[Any]] = {}
-    for record, run_dir in zip(records, run_dirs, strict=True):
-        by_label.setdefault(record.label, []).append((record, run_dir))
-    for alike in (group for group in by_label.values() if len(group) > 1):
-        for record, run_dir in alike:  # the same settings: the run directory tells them apart
-            record.label = f"{record.label} [{Path(run_dir).name}]"
     time, cost = time_table(records), cost_table(records)
     depths = {}
     for record in records:

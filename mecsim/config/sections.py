@@ -20,6 +20,7 @@ from pydantic import (
 
 from mecsim.algorithms.base import AlgorithmSettings
 from mecsim.common.distributions import NameAttr, NumberAttr, Uniform, attribute_values
+from mecsim.common.registry import Registry
 from mecsim.common.section import Section
 from mecsim.engine.faults import FaultsConfig
 from mecsim.learning.devices import DEVICES, DeviceProfile, device_catalog
@@ -489,6 +490,7 @@ class Scenario(Section):
             seen.add(device.name)
         return devices
 
-    def device_catalog(self):  # -> Registry[DeviceProfile]
-        """The devices this scenario may name: the built-ins and plug-ins, and its own."""
+    def device_catalog(self) -> Registry[DeviceProfile]:
+        """The devices this scenario may name: the built-ins and plug-ins, and its own
+        (a new catalog each call: build it once per use)."""
         return device_catalog([DeviceProfile(**d.model_dump()) for d in self.devices])

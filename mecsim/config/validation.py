@@ -23,11 +23,13 @@ from mecsim.algorithms import ALGORITHMS
 from mecsim.algorithms.base import AlgorithmSettings
 from mecsim.channels import FADING
 from mecsim.common.distributions import Choice, Uniform, attribute_values
+from mecsim.common.registry import Registry
 from mecsim.common.section import Section
 from mecsim.config.problems import Problem, ScenarioError, problems_from
 from mecsim.config.sections import Scenario
 from mecsim.executors import EXECUTORS
 from mecsim.learning.data import DATASETS, PARTITIONS, dataset_shape
+from mecsim.learning.devices import DeviceProfile
 from mecsim.learning.models import MODELS
 from mecsim.policies.allocation import ALLOCATIONS
 from mecsim.policies.power import POWER_CONTROLS
@@ -75,7 +77,7 @@ def _check_names(scenario: Scenario) -> list[Problem]:
                 Problem("clients.device", f"unknown device {device!r}; allowed: {allowed}")
             )
     problems += _check_positive(scenario)
-    problems += _check_client_table(scenario)
+    problems += _check_client_table(scenario, devices)
     problems += _check_cells(scenario)
     if scenario.clients.num_samples is not None and not scenario.execution.cost_only:
         problems.append(
@@ -130,15 +132,15 @@ def _check_protocol(scenario: Scenario) -> list[Problem]:
     return problems
 
 
-def _check_client_table(scenario: Scenario) -> list[Problem]:
-    """The table's device names exist; its sample counts are only for cost-only runs."""
+def _check_client_table(scenario: Scenario, devices: Registry[DeviceProfile]) -> list[Problem]:
+    """The table's device names exist among ``devices``; its sample counts are only for
+    cost-only runs."""
     if scenario.clients.table is None:
         return []
     from mecsim.config.client_table import read_client_table
 
     table = read_client_table(scenario.clients.table)
     problems = []
-    devices = scenario.device_catalog()
     for device in sorted(set(table["device"])) if "device" in table else []:
         if device not in devices:
             problems.append(

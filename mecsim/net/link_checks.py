@@ -128,48 +128,23 @@ class LinkChecks:
             rates = bandwidth_hz * np.log2(1.0 + sinrs)
         return float(np.mean(np.where(sinrs >= self.min_sinr, rates, 0.0)))
 
-    def check_deadlines(self, nbytes: dict[int, int], what: str, round_s: float | None) -> None:
-        """Refuse deadlines no allocation or power can meet: every client's upload of
-        ``nbytes[client]``, alone on its band at full power, longer than
-        ``network.uplink.power_deadline_s`` (``min_energy``) or the round's ``round_s``
-        (``protocol.deadline_s``: no update would ever arrive)."""
-        const = self.link_constants()
-        rate = self._mean_rates(const["bandwidth_hz"], const["tx_power_w"])
-        moves = [c for c, n in nbytes.items() if n > 0]
-        if not moves:
-            return
-        with np.errstate(divide="ignore"):
-            seconds = 8 * np.asarray([nbytes[c] for c in moves]) / rate[moves]
-        fastest = float(seconds.min())
-        uplink = self.config.uplink
-        limits = [("protocol.deadline_s", round_s)]
-        if uplink.power == "min_energy":
-            limits.append(("network.uplink.power_deadline_s", uplink.power_deadline_s))
-        for key, limit in limits:
-            if limit is not None and fastest > limit:
-                raise ConfigError(
-                    key,
-                    f"{limit} s is shorter than every client's upload of {what} alone at full "
-                    f"power (the fastest takes {fastest:.3g} s): no allocation meets it; give "
-                    f"at least {fastest:.3g} s",
-                )
-
-    def check_transfer_times(self, nbytes: dict[int, int], what: str) -> None:
+    def check_transfer_times(
+        self, nbytes: dict[int, int], what: str, round_s: float | None = None
+    ) -> None:
         """Refuse, before the run, transfers of ``nbytes[client]`` that cannot be simulated:
         longer than :data:`MAX_TRANSFER_S` at the link's mean rate (outage included),
         spanning more than :data:`MAX_BLOCKS` fading blocks, in outage in every sampled
         block with no ``max_transfer_s``, or (without fading) failing at every client
-        because each outlasts ``network.max_transfer_s``."""
+        because each outlasts ``network.max_transfer_s``; then deadlines no upload can
+        meet (:meth:`_check_deadlines`; ``round_s``: ``protocol.deadline_s``)."""
         fading = not isinstance(self.channel.fading, NoFading)
         const = self.link_constants()
-        rate = np.minimum(
-            self._mean_rates(const["bandwidth_hz"], const["tx_power_w"]),
-            self._mean_rates(const["down_bandwidth_hz"], const["down_power_w"]),
-        )
+        up = self._mean_rates(const["bandwidth_hz"], const["tx_power_w"])
+        rate = np.minimum(up, self._mean_rates(const["down_bandwidth_hz"], const["down_power_w"]))
         size = np.zeros(len(self.clients), dtype=np.int64)  # clients are 0..n-1 (link_constants)
         size[list(nbytes)] = list(nbytes.values())
         moves = np.flatnonzero(size)  # the clients that move something, in id order
-        rate, size = rate[moves], size[moves]
+        rate, size, up = rate[moves], size[moves], up[moves]
         with np.errstate(divide="ignore"):
             seconds = np.where(rate > 0, 8 * size / np.where(rate > 0, rate, 1.0), np.inf)
         blocks = np.minimum(seconds, self.max_s) / self.coherence_s
@@ -188,6 +163,27 @@ class LinkChecks:
                 f"max_transfer_s = {self.config.max_transfer_s}: every transfer would fail; "
                 "raise it or improve the links",
             )
+        if len(size):
+            with np.errstate(divide="ignore"):
+                self._check_deadlines(float((8 * size / up).min()), what, round_s)
+
+    def _check_deadlines(self, fastest: float, what: str, round_s: float | None) -> None:
+        """Refuse deadlines no allocation or power can meet: ``fastest``, the shortest of
+        the clients' uploads of ``what`` alone on their bands at full power, longer than
+        ``network.uplink.power_deadline_s`` (``min_energy``) or the round's ``round_s``
+        (``protocol.deadline_s``: no update would ever arrive)."""
+        uplink = self.config.uplink
+        limits = [("protocol.deadline_s", round_s)]
+        if uplink.power == "min_energy":
+            limits.append(("network.uplink.power_deadline_s", uplink.power_deadline_s))
+        for key, limit in limits:
+            if limit is not None and fastest > limit:
+                raise ConfigError(
+                    key,
+                    f"{limit} s is shorter than every client's upload of {what} alone at full "
+                    f"power (the fastest takes {fastest:.3g} s): no allocation meets it; give "
+                    f"at least {fastest:.3g} s",
+                )
 
     def _refuse_transfer(self, client: int, nbytes: int, rate: float, what: str) -> None:
         """The error of :meth:`check_transfer_times` for ``client``'s first failing check."""

@@ -294,14 +294,15 @@ def build_simulation(
             checkpoint.path, checkpoint.digest, out.checkpoint_every, out.checkpoint_minutes, saved
         )
     evaluation = sc.evaluation
+    devices = sc.device_catalog()
     return Simulation(
         algorithm=world.ctx.algorithm,
         executor=job_executor,
         network=world.network,
         clients=world.clients,
         indices=[world.data.client_indices(c) for c in range(sc.clients.count)],
-        server_device=sc.device_catalog().get(sc.server.device),
-        devices=sc.device_catalog(),
+        server_device=devices.get(sc.server.device),
+        devices=devices,
         evaluator=evaluator,
         protocol=sc.protocol,
         seed=sc.seed,

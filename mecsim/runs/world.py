@@ -455,8 +455,7 @@ def build_world(sc: Scenario, torch_device: torch.device) -> World:
         for name, arch in models.architectures.items()
     }
     nbytes = {c.id: model_nbytes[arch] for c, arch in zip(clients, models.client_arch, strict=True)}
-    network.check_transfer_times(nbytes, "the model")
-    network.check_deadlines(nbytes, "the model", getattr(sc.protocol, "deadline_s", None))
+    network.check_transfer_times(nbytes, "the model", getattr(sc.protocol, "deadline_s", None))
     label_counts = None
     if not cost_only:
         label_counts = [

@@ -331,8 +331,6 @@ def _client_conv(kernels, x, weight, bias=None, stride=1, padding=0, dilation=1,
         return None
     if any(maybe_get_level(t) not in (-1, level) for t in tensors):
         return None
-    if not uses_formulations(x.device, kernels):
-        return None
     physical = _unbatch(x, level, 0)
     clients = physical.shape[0]
     out = conv_clients(

@@ -182,23 +182,19 @@ def _time_all(tensors, bias, layer, autocast, repeat: int, times: dict[str, floa
     """Best-of-``repeat`` seconds of each formulation's forward + backward into ``times``,
     under the caller's autocast (thread-local state); a formulation that fails is left out."""
     device = tensors[0].device
-    enabled, dtype = autocast
-    with torch.autocast(device.type, dtype=dtype, enabled=enabled):
-        _time_each(tensors, bias, layer, repeat, times)
-
-
-def _time_each(tensors, bias, layer, repeat: int, times: dict[str, float]) -> None:
-    device = tensors[0].device
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda _: None)
     inputs = [t.requires_grad_(True) for t in tensors]
     extra = None if bias is None else bias.requires_grad_(True)
+    enabled, dtype = autocast
     for name, conv in FORMULATIONS.items():
         elapsed = []
         try:
             for _ in range(repeat + 1):  # the first is a warm-up (cuDNN's search, caches)
                 sync(device)
                 start = time.perf_counter()
-                conv(*inputs, extra, *layer).float().sum().backward()
+                with torch.autocast(device.type, dtype=dtype, enabled=enabled):
+                    out = conv(*inputs, extra, *layer)
+                out.float().sum().backward()
                 sync(device)
                 elapsed.append(time.perf_counter() - start)
         except RuntimeError:  # out of memory, say: not this one

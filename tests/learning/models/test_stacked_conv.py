@@ -62,13 +62,17 @@ def test_an_unknown_formulation_is_refused_by_name():
 @pytest.mark.parametrize("model_name", ["resnet18", "cnn-small"])
 def test_a_pinned_formulation_trains_as_vmaps_rules(model_name, monkeypatch):
     """ResNet (vmap's rules with its convolutions intercepted) and cnn-small (hand-batched)
-    give vmap's own outputs and gradients under the batched-GEMM formulation."""
+    give vmap's own outputs and gradients under the batched-GEMM formulation. In float64
+    and seeded: BatchNorm over ResNet's last 1x1 maps of 3 samples amplifies float32
+    rounding past the tolerance for some draws (1 run in 7 failed unseeded)."""
     shape = (3, 16, 16) if model_name == "resnet18" else (1, 8, 8)
-    model = build_model(model_name, input_shape=shape, num_classes=10, seed=0)
+    model = build_model(model_name, input_shape=shape, num_classes=10, seed=0).double()
     state = ModelState.of(model)
     params, buffers = stack([state.params] * 2), stack([state.buffers] * 2)
-    params = {k: v + 0.01 * torch.randn_like(v) for k, v in params.items()}
-    x = torch.randn(2, 3, *shape)
+    g = torch.Generator().manual_seed(5)
+    noise = {k: torch.randn(v.shape, generator=g, dtype=v.dtype) for k, v in params.items()}
+    params = {k: v + 0.01 * noise[k] for k, v in params.items()}
+    x = torch.randn(2, 3, *shape, generator=g, dtype=torch.float64)
 
     def gradients(kernels):
         leaves = {k: v.clone().requires_grad_(True) for k, v in params.items()}
@@ -129,3 +133,13 @@ def test_resnet_trains_under_bf16_with_its_convolutions_intercepted():
         return results[0].loss
 
     assert mean_loss("bf16") == pytest.approx(mean_loss("fp32"), rel=0.02)
+
+
+def test_the_scenario_key_offers_exactly_the_formulations():
+    """``execution.kernels`` is a Literal (config imports no torch); it names MODES."""
+    import typing
+
+    from mecsim.config.sections import ExecutionConfig
+
+    annotation = ExecutionConfig.model_fields["kernels"].annotation
+    assert typing.get_args(annotation) == stacked_conv.MODES
