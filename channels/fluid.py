@@ -28,6 +28,37 @@ FIELDS = ("remaining", "bits", "sinr_time", "start", "deadline", "coherence", "b
 INTS = ("tx", "tr", "client")
 
 
+def reception_fields(
+    receptions: list[Reception], rx: list[tuple[float, float]], now: float
+) -> dict[str, list]:
+    """Each reception's columns of :data:`FIELDS` (and ``client``), decoded at ``rx``, from
+    ``now`` (a resumed reception's fading block catches up)."""
+    rows: dict[str, list] = {f: [] for f in (*FIELDS, "client")}
+    for r, (x, y) in zip(receptions, rx, strict=True):
+        budget, track = r.rate, r.track
+        coherence = track.coherence_s
+        if coherence < math.inf:
+            r.block = max(r.block, math.floor((now - r.start) / coherence))
+        rows["remaining"].append(r.remaining)
+        rows["bits"].append(r.bits)
+        rows["sinr_time"].append(r.sinr_time)
+        rows["start"].append(r.start)
+        rows["deadline"].append(r.deadline)
+        rows["coherence"].append(coherence)
+        rows["block"].append(r.block)
+        rows["min_sinr"].append(r.min_sinr)
+        rows["path_gain"].append(budget.path_gain)  # type: ignore[attr-defined]
+        rows["noise_psd"].append(budget.noise_psd_w_hz + budget.interference_psd_w_hz)  # type: ignore[attr-defined]
+        rows["interference_w"].append(budget.interference_w)  # type: ignore[attr-defined]
+        rows["fade"].append(track.gain(r.block))
+        se = budget.spectral_efficiency  # type: ignore[attr-defined]
+        rows["efficiency"].append(math.nan if se is None else se)
+        rows["rx"].append(x)
+        rows["ry"].append(y)
+        rows["client"].append(r.client)
+    return rows
+
+
 class Slots:
     """Open receptions in arrays (see the module docstring)."""
 
@@ -55,31 +86,9 @@ class Slots:
         decoded at ``rx``, from ``now`` (a resumed reception's fading block catches up)."""
         if not receptions:
             return
-        rows: dict[str, list] = {f: [] for f in (*FIELDS, *INTS)}
-        for r, (x, y) in zip(receptions, rx, strict=True):
-            budget, track = r.rate, r.track
-            coherence = track.coherence_s
-            if coherence < math.inf:
-                r.block = max(r.block, math.floor((now - r.start) / coherence))
-            rows["remaining"].append(r.remaining)
-            rows["bits"].append(r.bits)
-            rows["sinr_time"].append(r.sinr_time)
-            rows["start"].append(r.start)
-            rows["deadline"].append(r.deadline)
-            rows["coherence"].append(coherence)
-            rows["block"].append(r.block)
-            rows["min_sinr"].append(r.min_sinr)
-            rows["path_gain"].append(budget.path_gain)  # type: ignore[attr-defined]
-            rows["noise_psd"].append(budget.noise_psd_w_hz + budget.interference_psd_w_hz)  # type: ignore[attr-defined]
-            rows["interference_w"].append(budget.interference_w)  # type: ignore[attr-defined]
-            rows["fade"].append(track.gain(r.block))
-            se = budget.spectral_efficiency  # type: ignore[attr-defined]
-            rows["efficiency"].append(math.nan if se is None else se)
-            rows["rx"].append(x)
-            rows["ry"].append(y)
-            rows["tx"].append(tx)
-            rows["tr"].append(tr)
-            rows["client"].append(r.client)
+        rows = reception_fields(receptions, rx, now)
+        rows["tx"] = [tx] * len(receptions)
+        rows["tr"] = [tr] * len(receptions)
         for f, values in rows.items():
             self.a[f] = np.concatenate([self.a[f], np.asarray(values, dtype=self.a[f].dtype)])
         self.up = np.concatenate([self.up, np.full(len(receptions), up)])
@@ -147,15 +156,22 @@ def rates(
 ) -> tuple[np.ndarray, np.ndarray]:
     """(rate, SINR) of every open reception holding ``share_b`` Hz at ``share_p`` W and
     hearing ``heard`` W from other cells (a ``worst`` transmission: its lowest rate)."""
-    a = slots.a
+    rate, sinr = link_rates(slots.a, share_b, share_p, heard)
+    if slots.worst.any():
+        rate = np.where(slots.worst, groups.reduce(np.minimum, rate)[groups.index], rate)
+    return rate, sinr
+
+
+def link_rates(
+    a: dict[str, np.ndarray], share_b: np.ndarray, share_p: np.ndarray, heard: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """(rate, SINR) of receptions with columns ``a`` holding ``share_b`` Hz at ``share_p``
+    W and hearing ``heard`` W from other cells (elementwise; columns may be broadcast)."""
     noise = a["noise_psd"] * share_b
     sinr = share_p * a["fade"] * a["path_gain"] / (noise + (a["interference_w"] + heard))
     shannon = share_b * np.log2(1.0 + sinr)
     rate = np.where(np.isnan(a["efficiency"]), shannon, a["efficiency"] * share_b)
-    rate = np.where(sinr >= a["min_sinr"], rate, 0.0)
-    if slots.worst.any():
-        rate = np.where(slots.worst, groups.reduce(np.minimum, rate)[groups.index], rate)
-    return rate, sinr
+    return np.where(sinr >= a["min_sinr"], rate, 0.0), sinr
 
 
 def horizon(slots: Slots, t: float, rate: np.ndarray, until: float) -> float:

@@ -55,15 +55,18 @@ class Interference:
                                  for a in range(cells)], dtype=bool)  # fmt: skip
         return self._co
 
-    def _heard(self, share_b: np.ndarray) -> np.ndarray:
-        """The interference every open reception hears now: ``P h(d) min(1, b / B)`` over
-        the co-channel transmitters of other cells in the same direction that are on."""
-        a, up = self.slots.a, self.slots.up
-        heard = np.zeros(len(self.slots))
+    def _heard(self, share_b: np.ndarray, index: np.ndarray | None = None) -> np.ndarray:
+        """The interference every open reception (or those at ``index``, holding
+        ``share_b``) hears now: ``P h(d) min(1, b / B)`` over the co-channel transmitters of
+        other cells in the same direction that are on."""
+        a = self.slots.a
+        index = np.arange(len(self.slots)) if index is None else index
+        up, tx = self.slots.up[index], a["tx"][index]
+        heard = np.zeros(len(index))
         x, y, cell, is_up = self._positions()
         on = self.active_count > 0
         power, width = self._power(), self._width()
-        rx_cell = cell[a["tx"]]
+        rx_cell = cell[tx]
         co = self._co_matrix(int(max(cell.max(initial=0), rx_cell.max(initial=0))) + 1)
         for direction in (True, False):
             mine = np.flatnonzero(up == direction)
@@ -73,13 +76,14 @@ class Interference:
             if direction:  # uplinks: one receiver per base station
                 heard[mine] = self._at_stations(rx_cell[mine], share_b[mine], senders, cell, co)
                 continue
+            rows = index[mine]
             if self.motion is not None:  # gains of every client to every radio, per tick
                 radios, table = self._radio_gains()
-                g = table[a["client"][mine]][:, np.searchsorted(radios, senders)]
+                g = table[a["client"][rows]][:, np.searchsorted(radios, senders)]
                 g = np.where(co[rx_cell[mine]][:, cell[senders]], g, 0.0)
             else:
-                d = np.hypot(x[senders][None, :] - a["rx"][mine][:, None],
-                             y[senders][None, :] - a["ry"][mine][:, None])  # fmt: skip
+                d = np.hypot(x[senders][None, :] - a["rx"][rows][:, None],
+                             y[senders][None, :] - a["ry"][rows][:, None])  # fmt: skip
                 hears = co[rx_cell[mine]][:, cell[senders]]
                 g = np.where(hears, self.gain(np.where(hears, np.maximum(d, 1e-9), 1.0)), 0.0)
                 g = g * power[senders][None, :]

@@ -49,6 +49,7 @@ from mecsim.channels import (
     dbm_to_w,
     make_fading,
 )
+from mecsim.channels.event_medium import EventMedium
 from mecsim.channels.medium import Medium, Motion, Site
 from mecsim.channels.sharing import (
     FadingTrack,
@@ -221,7 +222,8 @@ class Network(ClosedForms, LinkChecks):
                 return float(medium.client_x[c]), float(medium.client_y[c])
             return clients[reception.client].x_m, clients[reception.client].y_m
 
-        medium = Medium(
+        engine = EventMedium if self.config.medium == "event" else Medium
+        medium = engine(
             gain,
             lambda a, b: co_channel(cells[a], cells[b], reuse),
             receiver,

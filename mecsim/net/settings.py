@@ -287,6 +287,13 @@ class NetworkConfig(Section):
         description="a transfer under way at a handover resumes at the new cell with the "
         "bytes delivered kept, or restarts",
     )
+    medium: Literal["event", "stepping"] = Field(
+        default="event",
+        description="with several cells, how the shared medium is integrated: 'event' "
+        "brings each transfer up to date only when it may end (fast with many clients on "
+        "the air), 'stepping' steps every transfer at every change point (the reference); "
+        "the same physics, tables equal to rounding",
+    )
 
     @model_validator(mode="after")
     def _preset(self) -> NetworkConfig:

@@ -5,7 +5,8 @@ base station, on the line between them); both upload the same payload at once
 on equal bands. Each one's base station hears the other client 800 m away, so
 each rate is ``B log2(1 + S / (N0 B + I))`` with S = P h(200) and I = P h(800),
 and when one finishes first the other's remaining bits go at the
-interference-free rate.
+interference-free rate. Every test runs on both engines: the stepping medium and
+the event-driven one.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import math
 import pytest
 
 from mecsim.channels import LogDistancePathLoss
+from mecsim.channels.event_medium import EventMedium
 from mecsim.channels.fading import NoFading
 from mecsim.channels.link import LinkBudget
 from mecsim.channels.medium import Medium, Site
@@ -29,11 +31,16 @@ BS = {0: (0.0, 0.0), 1: (1000.0, 0.0)}
 CLIENTS = {0: (200.0, 0.0), 1: (800.0, 0.0)}  # client 0 in cell 0, client 1 in cell 1
 
 
-def uplink_medium(reuse: int = 1) -> tuple[Medium, dict[int, SharedTransmitter]]:
+@pytest.fixture(params=[Medium, EventMedium], ids=["stepping", "event"])
+def engine(request) -> type[Medium]:
+    return request.param
+
+
+def uplink_medium(engine: type[Medium], reuse: int = 1) -> tuple[Medium, dict[int, SharedTransmitter]]:
     def receiver(site: Site, reception: Reception) -> tuple[float, float]:
         return BS[site.cell]
 
-    medium = Medium(PATHLOSS.gain, lambda a, b: a != b and a % reuse == b % reuse, receiver)
+    medium = engine(PATHLOSS.gain, lambda a, b: a != b and a % reuse == b % reuse, receiver)
     radios = {}
     for client, (x, y) in CLIENTS.items():
         radios[client] = medium.add(SharedTransmitter(BAND, POWER), Site(x, y, client, "up"))
@@ -52,8 +59,8 @@ def rate(signal_m: float, interferer_m: float | None) -> float:
     return BAND * math.log2(1 + s / (NOISE * BAND + i))
 
 
-def test_simultaneous_uploads_each_see_the_other_as_interference():
-    medium, radios = uplink_medium()
+def test_simultaneous_uploads_each_see_the_other_as_interference(engine):
+    medium, radios = uplink_medium(engine)
     a, b = upload(0, 10**6, radios), upload(1, 10**6, radios)
     medium.start(a)
     medium.start(b)
@@ -68,8 +75,8 @@ def test_simultaneous_uploads_each_see_the_other_as_interference():
     assert expected > 8e6 / rate(200.0, None)  # interference slows both down
 
 
-def test_when_one_finishes_the_other_speeds_up_exactly():
-    medium, radios = uplink_medium()
+def test_when_one_finishes_the_other_speeds_up_exactly(engine):
+    medium, radios = uplink_medium(engine)
     short, long = upload(0, 10**6, radios), upload(1, 3 * 10**6, radios)
     medium.start(short)
     medium.start(long)
@@ -82,8 +89,8 @@ def test_when_one_finishes_the_other_speeds_up_exactly():
     assert long.receptions[0].end == pytest.approx(first + rest, rel=1e-12)
 
 
-def test_a_later_start_slows_a_transmission_already_on_the_air():
-    medium, radios = uplink_medium()
+def test_a_later_start_slows_a_transmission_already_on_the_air(engine):
+    medium, radios = uplink_medium(engine)
     early, late = upload(0, 10**6, radios), upload(1, 10**6, radios)
     medium.start(early)
     medium.advance(1e-3)
@@ -98,8 +105,8 @@ def test_a_later_start_slows_a_transmission_already_on_the_air():
     assert late.receptions[0].end == pytest.approx(first_end + second_left / alone, rel=1e-12)
 
 
-def test_cells_on_different_channels_do_not_interfere():
-    medium, radios = uplink_medium(reuse=2)  # cells 0 and 1 on channels 0 and 1
+def test_cells_on_different_channels_do_not_interfere(engine):
+    medium, radios = uplink_medium(engine, reuse=2)  # cells 0 and 1 on channels 0 and 1
     a, b = upload(0, 10**6, radios), upload(1, 10**6, radios)
     medium.start(a)
     medium.start(b)
@@ -107,8 +114,8 @@ def test_cells_on_different_channels_do_not_interfere():
     assert a.receptions[0].end == pytest.approx(8e6 / rate(200.0, None), rel=1e-12)
 
 
-def test_a_clone_advances_without_touching_the_original():
-    medium, radios = uplink_medium()
+def test_a_clone_advances_without_touching_the_original(engine):
+    medium, radios = uplink_medium(engine)
     a, b = upload(0, 10**6, radios), upload(1, 10**6, radios)
     medium.start(a)
     medium.start(b)
@@ -118,13 +125,13 @@ def test_a_clone_advances_without_touching_the_original():
     assert twin.twins[id(a.receptions[0])].end == pytest.approx(8e6 / rate(200.0, 800.0), rel=1e-12)
 
 
-def test_a_wider_interferer_counts_by_the_share_of_its_band_the_receiver_holds():
+def test_a_wider_interferer_counts_by_the_share_of_its_band_the_receiver_holds(engine):
     # client 0 on 10 MHz, client 1 on 20 MHz: base station 0 catches half of client 1's
     # power (10 of its 20 MHz), base station 1 all of client 0's
     def receiver(site: Site, reception: Reception) -> tuple[float, float]:
         return BS[site.cell]
 
-    medium = Medium(PATHLOSS.gain, lambda a, b: a != b, receiver)
+    medium = engine(PATHLOSS.gain, lambda a, b: a != b, receiver)
     bands = {0: 10e6, 1: 20e6}
     radios = {c: medium.add(SharedTransmitter(bands[c], POWER), Site(*CLIENTS[c], c, "up", c))
               for c in CLIENTS}  # fmt: skip

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from mecsim.channels import LogDistancePathLoss
+from mecsim.channels.event_medium import EventMedium
 from mecsim.channels.fading import NoFading
 from mecsim.channels.link import LinkBudget
 from mecsim.channels.medium import Medium, Motion, Site
@@ -87,7 +88,7 @@ CLIENT = (400.0, 0.0)  # 400 m from cell 0, 600 m from cell 1, standing still
 BAND, POWER = 10e6, 0.2
 
 
-def medium(at: float, interruption: float, restart: bool = False):
+def medium(at: float, interruption: float, restart: bool = False, engine: type[Medium] = Medium):
     motion = Motion(lambda t: (np.array([CLIENT[0]]), np.array([CLIENT[1]])),
                     OneHandover(at, interruption), [(c.x_m, c.y_m) for c in CELLS], 1.0,
                     np.array([0]), restart)  # fmt: skip
@@ -97,7 +98,7 @@ def medium(at: float, interruption: float, restart: bool = False):
             return CELLS[site.cell].x_m, CELLS[site.cell].y_m
         return float(m.client_x[r.client]), float(m.client_y[r.client])
 
-    m = Medium(PATHLOSS.gain, lambda a, b: a != b, receiver, motion)
+    m = engine(PATHLOSS.gain, lambda a, b: a != b, receiver, motion)
     radios = [m.add(SharedTransmitter(c.bandwidth_hz, c.tx_power_w), Site(c.x_m, c.y_m, c.id, "down"))
               for c in CELLS]  # fmt: skip
     uplink = m.add(SharedTransmitter(BAND, POWER), Site(*CLIENT, 0, "up", 0))
@@ -113,12 +114,13 @@ def rate(band: float, power: float, d: float) -> float:
     return band * math.log2(1 + power * float(PATHLOSS.gain(d)) / (NOISE * band))
 
 
+@pytest.mark.parametrize("engine", [Medium, EventMedium], ids=["stepping", "event"])
 @pytest.mark.parametrize("restart", [False, True])
-def test_an_upload_broken_by_a_handover_goes_on_to_the_new_cell(restart):
+def test_an_upload_broken_by_a_handover_goes_on_to_the_new_cell(restart, engine):
     nbytes = 10**6
     before = rate(BAND, POWER, 400.0)
     at, gap = 0.4 * 8 * nbytes / before, 0.05
-    m, _, uplink = medium(at, gap, restart)
+    m, _, uplink = medium(at, gap, restart, engine)
     r = reception(nbytes)
     m.start(Transmission([r], via=uplink))
     ended = m.advance(math.inf)
@@ -128,12 +130,13 @@ def test_an_upload_broken_by_a_handover_goes_on_to_the_new_cell(restart):
     assert r.start == 0.0 and not r.failed
 
 
-def test_a_download_broken_by_a_handover_is_re_sent_from_the_new_cell():
+@pytest.mark.parametrize("engine", [Medium, EventMedium], ids=["stepping", "event"])
+def test_a_download_broken_by_a_handover_is_re_sent_from_the_new_cell(engine):
     nbytes = 10**6
     band, power = CELLS[0].bandwidth_hz, CELLS[0].tx_power_w
     before = rate(band, power, 400.0)
     at, gap = 0.5 * 8 * nbytes / before, 0.05
-    m, radios, _ = medium(at, gap)
+    m, radios, _ = medium(at, gap, engine=engine)
     r = reception(nbytes)
     first = Transmission([r], via=radios[0], tag="round 3")
     m.start(first)

@@ -1,0 +1,116 @@
+"""The shared medium at city scale: seconds per round against clients, cells and participation.
+
+Each measurement is a whole process: ``mecsim.run`` of a cost-only FedAvg
+scenario (``steps = 5``, 100 samples per client, compute-and-wait rounds) over
+hexagonal cells 600 m apart (7 = one ring, 19 = two, 37 = three; reuse 1, so
+every transmission interferes with every other cell's), clients uniform over the
+cells' bounding box, static or moving (random waypoint at 10-30 m/s: positions
+every coherence block, handovers with their breaks). For each run it prints the
+wall seconds per round, the medium's change points per second (rows of the
+events table per second, a proxy), the peak RSS, and for each (engine, cells,
+participation, mobility) the growth exponent of seconds per round fitted over
+the client counts (least squares on log-log).
+
+    python benchmarks/bench_medium_scale.py                                  # 1k, 2k, 5k clients, 7 cells, all on the air
+    python benchmarks/bench_medium_scale.py --clients 10000 --rounds 1       # the issue-52 case
+    python benchmarks/bench_medium_scale.py --clients 1000 10000 100000 --cells 19 \\
+        --participation 0.1 --mobility random_waypoint --rounds 10
+    python benchmarks/bench_medium_scale.py --engine event stepping          # both engines side by side
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import math
+import platform
+import time
+
+import numpy as np
+from _child import run_child
+
+CHILD = """
+import json, resource, sys, time
+import mecsim
+clients, rounds, part, model, engine = (int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]),
+                                        sys.argv[4], sys.argv[5])
+cells = json.loads(sys.argv[6])
+xs, ys = [x for x, _ in cells], [y for _, y in cells]
+clients_cfg = {"count": clients, "num_samples": 100,
+               "x_m": {"dist": "uniform", "low": min(xs) - 400, "high": max(xs) + 400},
+               "y_m": {"dist": "uniform", "low": min(ys) - 400, "high": max(ys) + 400}}
+if model != "static":
+    clients_cfg["mobility"] = {"model": model, "speed_mps": [10, 30]}
+scenario = {
+    "name": "bench-medium-scale", "seed": 0,
+    "data": {"dataset": "digits"}, "model": {"name": "cnn-small"},
+    "algorithm": {"name": "fedavg", "steps": 5},
+    "protocol": {"kind": "compute_and_wait", "rounds": rounds, "participation": part},
+    "network": {"cells": [{"x_m": x, "y_m": y} for x, y in cells], "medium": engine},
+    "clients": clients_cfg,
+    "execution": {"cost_only": True},
+    "output": {"progress": False},
+}
+run = mecsim.run  # imports the engine before the clock starts
+started = time.perf_counter()
+result = run(scenario, write=False)
+run_s = time.perf_counter() - started
+e = result.events
+print(json.dumps({"run_s": run_s, "rows": len(e), "sim_s": float(e["t_end"].max()),
+                  "peak_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20}))
+"""
+
+
+def hexagon(cells: int, spacing_m: float = 600.0) -> list[tuple[float, float]]:
+    """The centres of ``cells`` hexagonal cells (1, 7, 19, 37: whole rings) around the origin."""
+    rings = {1: 0, 7: 1, 19: 2, 37: 3}
+    if cells not in rings:
+        raise SystemExit(f"--cells: one of {sorted(rings)} (whole hexagonal rings)")
+    centres = []
+    n = rings[cells]
+    for q in range(-n, n + 1):
+        for r in range(max(-n, -q - n), min(n, -q + n) + 1):
+            x = spacing_m * (q + r / 2)
+            y = spacing_m * r * math.sqrt(3) / 2
+            centres.append((round(x, 6), round(y, 6)))
+    return centres
+
+
+def exponent(ns: list[int], seconds: list[float]) -> float:
+    """The slope of log(seconds) against log(clients)."""
+    return float(np.polyfit(np.log(ns), np.log(seconds), 1)[0])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--clients", type=int, nargs="+", default=[1000, 2000, 5000])
+    parser.add_argument("--cells", type=int, nargs="+", default=[7])
+    parser.add_argument("--participation", type=float, nargs="+", default=[1.0])
+    parser.add_argument("--mobility", nargs="+", default=["static", "random_waypoint"],
+                        choices=["static", "random_waypoint"])  # fmt: skip
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--engine", nargs="+", default=["event"], choices=["event", "stepping"])
+    args = parser.parse_args()
+    print(f"{platform.processor() or platform.machine()}, {time.strftime('%Y-%m-%d')}, "
+          f"cost-only FedAvg, {args.rounds} round(s)")  # fmt: skip
+    print(f"{'engine':>8} {'cells':>5} {'part':>5} {'mobility':>15} {'clients':>8} {'s/round':>8} "
+          f"{'rows/s':>8} {'sim s':>7} {'peak GB':>8}")  # fmt: skip
+    for engine, cells, part, model in itertools.product(
+        args.engine, args.cells, args.participation, args.mobility
+    ):
+        per_round = []
+        for n in args.clients:
+            f = run_child(CHILD, str(n), str(args.rounds), str(part), model, engine,
+                          json.dumps(hexagon(cells)))  # fmt: skip
+            per_round.append(f["run_s"] / args.rounds)
+            print(f"{engine:>8} {cells:>5} {part:>5g} {model:>15} {n:>8} {per_round[-1]:>8.2f} "
+                  f"{f['rows'] / f['run_s']:>8.0f} {f['sim_s']:>7.2f} {f['peak_gb']:>8.2f}",
+                  flush=True)  # fmt: skip
+        if len(args.clients) > 1:
+            print(f"{'':>8} growth exponent over {args.clients}: "
+                  f"{exponent(args.clients, per_round):.2f}")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,410 @@
+"""The medium driven by events: each reception touched only when it may change the clock.
+
+:class:`~mecsim.channels.medium.Medium` steps every open reception at every change
+point; with every client on the air each of the ~3N change points of a round
+touches ~N receptions, so a round costs N^2 numpy element operations and as many
+array passes as change points. :class:`EventMedium` keeps the same physics and the
+same piecewise integration, and does the work lazily:
+
+- Transmitters turning on and off go into a log per direction (time, transmitter,
+  +1/-1, its cell). A reception remembers the interference it held when it was
+  last brought up to date (its anchor) and how much of the log that counted; the
+  pieces since are integrated in one array pass when it is next touched: the
+  interference after each event is the anchor's plus the running sum of the
+  events' ``P h(d) min(1, b/B)``, each piece at the rate of its interference.
+- A reception cannot end before its *key*: its bits at the rate it would have
+  with no interference from other cells, a bound that events do not move. The
+  next change point is found by bringing up to date only the receptions whose
+  key falls before the best candidate so far; the others cannot change anything
+  before it.
+- A reception's own changes (its transmitter's share, its fading block, a tick
+  of moving clients, a handover) bring it up to date first, as the stepping
+  medium's change points do; a tick brings every reception up to date and
+  empties the logs.
+
+Energy is kept per transmitter as a checkpoint and the time since: ``P / n`` per
+open transmission while the count ``n`` holds. Tables agree with the stepping
+medium's to rounding (``tests/channels/test_event_medium.py`` runs both).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from mecsim.channels import fluid
+from mecsim.channels.medium import Medium, Site
+from mecsim.channels.pieces import LINK, Pieces
+from mecsim.channels.rows import Log, Rows
+from mecsim.channels.sharing import (
+    _DONE,
+    PermanentOutage,
+    Reception,
+    SharedTransmitter,
+    Transmission,
+    send_time,
+    step_length,
+)
+
+_FIRST = 32  # receptions brought up to date first when the next change point is unknown
+_CELLS = 1 << 20  # most (reception, event) pairs one array pass integrates
+
+
+class _View:
+    """Rows ``index`` of :class:`Rows` as the :class:`fluid.Slots` that ``fluid.step`` reads."""
+
+    def __init__(self, rows: Rows, index: np.ndarray) -> None:
+        self.a = {f: rows.a[f][index] for f in fluid.FIELDS}
+        self.objects = [rows.objects[i] for i in index.tolist()]
+
+
+class EventMedium(Medium, Pieces):
+    """A :class:`Medium` whose receptions are brought up to date only when they matter
+    (see the module docstring)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.slots: Rows = Rows()  # type: ignore[assignment]
+        self.logs = {True: Log(), False: Log()}
+        self._spent_at = np.zeros(0)
+        """When each transmitter's energy (``_energy``) was last brought up to date."""
+        self._on_cell = np.zeros(0, dtype=np.int64)
+        """The cell each transmitter was in when it turned on."""
+        self._version = 0
+        """Counts changes of state (the next change point is cached per instant and version)."""
+        self._next: tuple | None = None
+        self._epoch = 0
+        """Counts events logged and logs emptied."""
+        self._fresh_stamp = -1
+        self._mark = np.zeros(0, dtype=bool)
+        self._fresh_rows: list = []
+        """Rows whose rates and next events are exact as of epoch ``_fresh_stamp``."""
+
+    def add(self, transmitter: SharedTransmitter, site: Site) -> SharedTransmitter:
+        self._spent_at = np.append(self._spent_at, self.now)
+        self._on_cell = np.append(self._on_cell, site.cell)
+        return super().add(transmitter, site)
+
+    # --- transmissions ---------------------------------------------------------------------
+    def _register(self, transmission: Transmission) -> None:
+        via = transmission.via
+        assert via is not None and id(via) in self._index, "an unknown transmitter"
+        x = self._index[id(via)]
+        tr, self._next_tr = self._next_tr, self._next_tr + 1
+        self.transmissions[tr] = transmission
+        self._tr_tx[tr] = x
+        self._tr_open[tr], self._tr_last[tr] = 0, -math.inf
+        self._count(x, +1)
+        self._tr_energy[tr] = self._energy_now(x)
+        self._add_slots(tr, transmission, [r for r in transmission.receptions if r.open])
+
+    def _end_transmission(self, tr: int, end: float) -> None:
+        transmission = self.transmissions.pop(tr)
+        transmission.end = end
+        self.closed.append(transmission)
+        x = self._tr_tx.pop(tr)
+        transmission.energy_j += self._energy_now(x) - self._tr_energy.pop(tr)
+        del self._tr_open[tr], self._tr_last[tr]
+        self._count(x, -1)
+
+    def _energy_now(self, x: int) -> float:
+        """Transmitter ``x``'s energy per open transmission, up to now."""
+        n = int(self.active_count[x])
+        spent = float(self._energy[x])
+        return spent + self._power()[x] / n * (self.now - self._spent_at[x]) if n else spent
+
+    def _count(self, x: int, change: int) -> None:
+        """Transmitter ``x`` gains or loses a transmission now: its receptions' shares
+        change, and it turns on or off in its direction's log."""
+        rows = np.flatnonzero(self.slots.alive & (self.slots.a["tx"] == x))
+        if len(rows):
+            self._evaluate(rows, self.now)
+        self._energy[x], self._spent_at[x] = self._energy_now(x), self.now
+        before = int(self.active_count[x])
+        self.active_count[x] = before + change
+        self._version += 1
+        up = bool(self._sites()[3][x])
+        if before == 0:
+            self._on_cell[x] = int(self._positions()[2][x])
+            self.logs[up].append(self.now, x, 1.0, int(self._on_cell[x]))
+            self._epoch += 1
+        elif before + change == 0:
+            self.logs[up].append(self.now, x, -1.0, int(self._on_cell[x]))
+            self._epoch += 1
+        if len(rows) and before + change > 0:
+            a = self.slots.a
+            a["share_b"][rows] = self._width()[x] / (before + change)
+            a["share_p"][rows] = self._power()[x] / (before + change)
+            a["heard"][rows] = self._heard_now(rows)
+            self._refresh(rows, self.now)
+
+    def _add_slots(self, tr: int, transmission: Transmission, receptions: list[Reception]) -> None:
+        via = transmission.via
+        assert via is not None
+        site = self.site(via)
+        rx = [self.receiver(site, r) for r in receptions]
+        if site.direction == "up" and receptions and site.cell not in self._stations:
+            self._stations[site.cell] = rx[0]
+        self._tr_open[tr] += len(receptions)
+        if not receptions:
+            return
+        self._version += 1
+        x, up, a = self._tr_tx[tr], site.direction == "up", self.slots.a
+        if transmission.worst:  # the group's rows share one anchor
+            group = np.flatnonzero(self.slots.alive & (a["tr"] == tr))
+            if len(group):
+                self._evaluate(group, self.now)
+        n = int(self.active_count[x])
+        columns: dict[str, object] = dict(fluid.reception_fields(receptions, rx, self.now))
+        columns.update(tx=x, tr=tr, up=up, worst=transmission.worst, rx_cell=site.cell,
+                       at=self.logs[up].n, anchor=self.now, share_b=self._width()[x] / n,
+                       share_p=self._power()[x] / n)  # fmt: skip
+        rows = self.slots.add(receptions, columns)
+        a = self.slots.a  # the arrays grow
+        if self.motion is not None:
+            self._aim(rows)
+        a["heard"][rows] = self._heard_now(rows)
+        self._refresh(rows, self.now)
+
+    def write_back(self) -> None:
+        rows = self.slots.index()
+        if len(rows):
+            self._evaluate(rows, self.now)
+            self.slots.write_back(rows)
+        for tr, transmission in self.transmissions.items():
+            now = self._energy_now(self._tr_tx[tr])
+            transmission.energy_j += now - self._tr_energy[tr]
+            self._tr_energy[tr] = now
+
+    # --- bringing receptions up to date ----------------------------------------------------
+    def _groups(self, rows: np.ndarray) -> np.ndarray:
+        """``rows`` with every open row of each fixed-rate multicast among them."""
+        worst = rows[self.slots.worst[rows]]
+        if not len(worst):
+            return rows
+        a = self.slots.a
+        mates = np.flatnonzero(self.slots.alive & np.isin(a["tr"], a["tr"][worst]))
+        return np.union1d(rows, mates)
+
+    def _refresh(self, rows: np.ndarray, t: float) -> None:
+        """Rates, next events and keys of ``rows``, anchored at ``t`` with their ``heard``."""
+        rows = self._groups(rows)
+        a = self.slots.a
+        link = {f: a[f][rows] for f in LINK}
+        b, p, remaining = a["share_b"][rows], a["share_p"][rows], a["remaining"][rows]
+        rate, sinr = fluid.link_rates(link, b, p, a["heard"][rows])
+        rate = self._group_min(rows, rate)
+        best, _ = fluid.link_rates(link, b, p, np.zeros(len(rows)))
+        boundary = a["start"][rows] + (a["block"][rows] + 1) * a["coherence"][rows]
+        own = np.minimum(boundary, a["deadline"][rows])
+        a["rate"][rows], a["sinr"][rows] = rate, sinr
+        a["done_at"][rows] = np.minimum(t + send_time(remaining, rate), own)
+        a["key"][rows] = np.minimum(t + send_time(remaining, best), own)
+        mark = self._marks()
+        self._fresh_rows.append(rows[~mark[rows]])
+        mark[rows] = True
+
+    def _evaluate(self, rows: np.ndarray, t: float) -> None:
+        """Bring ``rows`` (and their multicast mates) up to ``t``: their bits and SINR
+        integrated over the pieces since their anchors; then re-anchored at ``t``."""
+        rows = self._groups(rows)
+        a = self.slots.a
+        for up in (True, False):
+            mine = rows[self.slots.up[rows] == up]
+            if not len(mine):
+                continue
+            log = self.logs[up]
+            still = a["at"][mine] >= log.n
+            quiet, moved = mine[still], mine[~still]
+            span = t - a["anchor"][quiet]
+            a["remaining"][quiet] -= a["rate"][quiet] * span
+            a["sinr_time"][quiet] += a["sinr"][quiet] * span
+            if len(moved):
+                self._integrate(moved, log, t)
+            a["anchor"][mine], a["at"][mine] = t, log.n
+        self._refresh(rows, t)
+
+    # --- the clock -------------------------------------------------------------------------
+    def _marks(self) -> np.ndarray:
+        """Which rows are fresh: their rates and next events computed with every event so
+        far (an event, which moves the epoch, clears them)."""
+        if len(self._mark) != len(self.slots.alive):
+            self._mark = np.zeros(len(self.slots.alive), dtype=bool)
+            self._fresh_rows = []
+        if self._fresh_stamp != self._epoch:
+            for rows in self._fresh_rows:
+                self._mark[rows] = False
+            self._fresh_stamp, self._fresh_rows = self._epoch, []
+        return self._mark
+
+    def _fresh(self) -> np.ndarray:
+        """The open fresh rows (see :meth:`_marks`)."""
+        mark = self._marks()
+        if not self._fresh_rows:
+            return np.zeros(0, dtype=np.int64)
+        rows = (
+            np.concatenate(self._fresh_rows) if len(self._fresh_rows) > 1 else self._fresh_rows[0]
+        )
+        self._fresh_rows = [rows]
+        return rows[mark[rows] & self.slots.alive[rows]]
+
+    def _next_event(self, t: float, limit: float) -> float:
+        """The next change point after ``t`` (at most ``limit``): the receptions whose key
+        falls before the best candidate so far brought up to date, the earliest first."""
+        if self._next is not None and self._next[:2] == (self._epoch, self._version):
+            best, searched = self._next[2:]
+            if best < searched or limit <= searched:
+                return min(best, limit)
+        a = self.slots.a
+        fresh = self._fresh()
+        best = min(limit, float(a["done_at"][fresh].min(initial=math.inf)))
+        while True:
+            bound = best + 1e-12 * max(1.0, abs(best)) if math.isfinite(best) else math.inf
+            rows = np.flatnonzero((a["key"] <= bound) & self.slots.alive & ~self._marks())
+            if not len(rows):
+                self._next = (self._epoch, self._version, best, limit)
+                return best
+            if len(rows) > _FIRST:
+                rows = rows[np.argpartition(a["key"][rows], _FIRST)[:_FIRST]]
+            self._evaluate(rows, t)
+            fresh = self._fresh()
+            best = min(best, float(a["done_at"][fresh].min(initial=math.inf)))
+
+    def next_change(self) -> float:
+        self._move(self.now)
+        wake = min((s[0] for s in self.suspended), default=math.inf)
+        if not len(self.slots):
+            return wake
+        return self._next_event(self.now, self._next_motion(self.now, wake))
+
+    def advance(self, until: float) -> list[Reception]:
+        ended: list[Reception] = []
+        while True:
+            t = self.now
+            self._move(t)
+            ended += self._ended_in_move
+            self._ended_in_move = []
+            if not len(self.slots):
+                wake = min((s[0] for s in self.suspended), default=math.inf)
+                if math.isinf(wake) or wake > until:
+                    break
+                self.now = wake
+                continue
+            if t >= until:
+                break
+            horizon = self._next_event(t, self._next_motion(t, until))
+            if math.isinf(horizon):
+                raise PermanentOutage(self.slots.a["client"][self.slots.index()].tolist())
+            ended += self._step(t, step_length(t, horizon))
+        if not math.isinf(until):
+            self.now = max(self.now, until)
+        return ended
+
+    def _step(self, t: float, step: float) -> list[Reception]:
+        """To ``t + step``, the next change point: the receptions that end, fail or start a
+        fading block there (all brought up to date at ``t``) step as the stepping medium's
+        do; the others stay anchored."""
+        a, now = self.slots.a, t + step
+        tol = 1e-12 * max(1.0, abs(now))
+        fresh = self._fresh()
+        ending = (a["done_at"][fresh] <= now + tol) | (
+            a["remaining"][fresh] <= _DONE * a["bits"][fresh]
+        )
+        rows = self._groups(fresh[ending])
+        self.now = now
+        if not len(rows):
+            return []
+        self._version += 1
+        span = t - a["anchor"][rows]  # exact rows anchored before t: no event since
+        a["remaining"][rows] -= a["rate"][rows] * span
+        a["sinr_time"][rows] += a["sinr"][rows] * span
+        view = _View(self.slots, rows)
+        done, failed, end = fluid.step(view, t, step, a["rate"][rows], a["sinr"][rows])  # type: ignore[arg-type]
+        for f in ("remaining", "sinr_time", "block", "fade"):
+            a[f][rows] = view.a[f]
+        a["anchor"][rows] = now
+        closing = rows[done]
+        trs, ends, fails = a["tr"][closing].tolist(), end[done].tolist(), failed[done].tolist()
+        gone = self.slots.remove(closing)
+        for r, e, f in zip(gone, ends, fails, strict=True):
+            r.end, r.failed = e, f
+            if not f:
+                r.remaining = 0.0
+        staying = rows[~done]
+        if len(staying):
+            self._refresh(staying, now)
+        for tr, e in zip(trs, ends, strict=True):
+            self._tr_open[tr] -= 1
+            self._tr_last[tr] = max(self._tr_last[tr], e)
+            if self._tr_open[tr] == 0:
+                self._end_transmission(tr, self._tr_last[tr])
+        return gone
+
+    # --- moving clients --------------------------------------------------------------------
+    def _move(self, t: float) -> None:
+        motion = self.motion
+        if motion is None:
+            return
+        k = motion.tick(t)
+        if k != self._tick:
+            self._version += 1
+            rows = self.slots.index()
+            if len(rows):
+                self._evaluate(rows, t)  # at the old tick's gains
+            self._tick = k
+            self.client_x, self.client_y = motion.positions(k * motion.tick_s)
+            for log in self.logs.values():
+                log.n = 0
+            self._epoch += 1
+            if len(rows):
+                a = self.slots.a
+                a["at"][rows] = 0
+                self._aim(rows)
+                a["heard"][rows] = self._heard_now(rows)
+                self._refresh(rows, t)
+        for h in motion.schedule.between(self._moved_until, t):
+            self._hand_over(h.client, h.target, h.t)
+        self._moved_until = max(self._moved_until, t)
+        due = [s for s in self.suspended if s[0] <= t]
+        if due:
+            self.suspended = [s for s in self.suspended if s[0] > t]
+            for _, r, left, up in due:
+                self._resume(r, left, up)
+
+    def _hand_over(self, client: int, target: int, t: float) -> None:
+        assert self.motion is not None and self.serving is not None
+        a = self.slots.a
+        mine = np.flatnonzero(self.slots.alive & (a["client"] == client))
+        if len(mine):
+            self._evaluate(mine, self.now)
+        self.serving[client] = target
+        self._handovers += 1
+        self._version += 1
+        if not len(mine):
+            return
+        resume_at = t + self.motion.schedule.interruption_s
+        trs, ups = a["tr"][mine].tolist(), self.slots.up[mine].tolist()
+        mates = np.setdiff1d(self._groups(mine), mine)
+        for r, tr, up in zip(self.slots.remove(mine), trs, ups, strict=True):
+            transmission = self.transmissions[tr]
+            transmission.receptions.remove(r)
+            if self.motion.restart:
+                r.remaining = float(r.bits)
+            self.suspended.append((resume_at, r, transmission, up))
+            self._tr_open[tr] -= 1
+            if self._tr_open[tr] == 0:
+                self._end_transmission(tr, max(t, self._tr_last[tr]))
+        mates = mates[self.slots.alive[mates]]
+        if len(mates):
+            self._refresh(mates, self.now)
+
+    def clone(self) -> EventMedium:
+        twin = super().clone()
+        assert isinstance(twin, EventMedium)
+        twin.logs = {up: log.copy() for up, log in self.logs.items()}
+        twin._next = None
+        twin._fresh_rows, twin._mark = list(self._fresh_rows), self._mark.copy()
+        twin._spent_at, twin._on_cell = self._spent_at.copy(), self._on_cell.copy()
+        return twin

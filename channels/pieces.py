@@ -1,0 +1,158 @@
+"""The piecewise integral of an event-driven medium's receptions over its event log.
+
+A mix-in of :class:`~mecsim.channels.event_medium.EventMedium`: a reception
+brought up to date integrates its bits and SINR over the pieces since its anchor,
+one from the anchor to the first event logged since, then one per event, the
+interference after each event the anchor's plus the running sum of the events'
+``P h(d) min(1, b / B)`` (+ for a transmitter turning on, - for one turning off);
+all the rows of one call in one array pass.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from mecsim.channels import fluid
+from mecsim.channels.rows import Log, Rows
+
+LINK = ("noise_psd", "fade", "path_gain", "interference_w", "efficiency", "min_sinr")
+"""The columns of a row its rate depends on besides its share and interference."""
+
+
+class Pieces:
+    """Integration over the event log (a mix-in; see the module docstring)."""
+
+    slots: Rows
+    active_count: np.ndarray
+    motion: object
+    gain: Callable[[np.ndarray], np.ndarray]
+    gain_of_squared: Callable[[np.ndarray], np.ndarray]
+    _on_cell: np.ndarray
+
+    def _width(self) -> np.ndarray:
+        raise NotImplementedError
+
+    def _power(self) -> np.ndarray:
+        raise NotImplementedError
+
+    def _sites(self) -> tuple[np.ndarray, ...]:
+        raise NotImplementedError
+
+    def _positions(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        raise NotImplementedError
+
+    def _co_matrix(self, cells: int) -> np.ndarray:
+        raise NotImplementedError
+
+    def _station_gains(self) -> tuple[np.ndarray, np.ndarray]:
+        raise NotImplementedError
+
+    def _heard(self, share_b: np.ndarray, index: np.ndarray | None = None) -> np.ndarray:
+        raise NotImplementedError
+
+    def _group_min(self, rows: np.ndarray, rate: np.ndarray) -> np.ndarray:
+        """Each fixed-rate multicast's rows at its lowest rate (over axis 0)."""
+        worst = self.slots.worst[rows]
+        if not worst.any():
+            return rate
+        groups = fluid.Groups(self.slots.a["tr"][rows])
+        lowest = groups.reduce(np.minimum, rate)[groups.index]
+        return np.where(worst if rate.ndim == 1 else worst[:, None], lowest, rate)
+
+    def _integrate(self, rows: np.ndarray, log: Log, t: float) -> None:
+        """``rows`` (one direction, events logged since their anchors) up to ``t``: one
+        piece from each anchor to the next event, then one per event, the interference
+        after each the running sum of the events' contributions."""
+        if self.slots.worst[rows].any():  # a multicast's rows share their pieces
+            self._pieces(rows, log, t)
+            return
+        a = self.slots.a
+        at = a["at"][rows]
+        counts = log.n - at
+        row = np.repeat(np.arange(len(rows)), counts)
+        starts = np.cumsum(counts) - counts
+        k = at[row] + (np.arange(len(row)) - starts[row])
+        ev_tx, pair = log.tx[k], rows[row]
+        b = a["share_b"][pair]
+        delta = self._pair_gains(pair, ev_tx, log.cell[k]) * log.sign[k]
+        delta *= np.minimum(1.0, b / self._width()[ev_tx])
+        running = np.cumsum(delta)
+        before = running[starts] - delta[starts]
+        heard = a["heard"][rows][row] + (running - before[row])
+        until = np.where(k + 1 < log.n, log.t[np.minimum(k + 1, log.n - 1)], t)
+        span = until - log.t[k]
+        link = {f: a[f][pair] for f in LINK}
+        rate, sinr = fluid.link_rates(link, b, a["share_p"][pair], heard)
+        lead = log.t[at] - a["anchor"][rows]  # anchor to the first event
+        a["remaining"][rows] -= a["rate"][rows] * lead + np.add.reduceat(rate * span, starts)
+        a["sinr_time"][rows] += a["sinr"][rows] * lead + np.add.reduceat(sinr * span, starts)
+        a["heard"][rows] = heard[starts + counts - 1]
+
+    def _pieces(self, rows: np.ndarray, log: Log, t: float) -> None:
+        """:meth:`_integrate` on a [row x event] grid, for multicasts at their lowest rate
+        (their rows share anchors, so each column is one piece of all)."""
+        a = self.slots.a
+        at = a["at"][rows]
+        first = int(at.min())
+        k = np.arange(first, log.n)
+        ev_t, ev_tx = log.t[first : log.n], log.tx[first : log.n]
+        counted = k[None, :] >= at[:, None]
+        grid = np.broadcast_to(rows[:, None], counted.shape)
+        delta = self._pair_gains(grid, np.broadcast_to(ev_tx, counted.shape),
+                                 np.broadcast_to(log.cell[first : log.n], counted.shape))  # fmt: skip
+        delta = delta * log.sign[first : log.n]
+        band = np.minimum(1.0, a["share_b"][rows][:, None] / self._width()[ev_tx][None, :])
+        heard = a["heard"][rows][:, None] + np.cumsum(np.where(counted, delta * band, 0.0), axis=1)
+        until = np.append(ev_t[1:], t)
+        span = np.where(counted, until - ev_t, 0.0)
+        link = {f: a[f][rows][:, None] for f in LINK}
+        b, p = a["share_b"][rows][:, None], a["share_p"][rows][:, None]
+        rate, sinr = fluid.link_rates(link, b, p, heard)
+        rate = self._group_min(rows, rate)
+        lead = log.t[np.minimum(at, log.n - 1)] - a["anchor"][rows]
+        a["remaining"][rows] -= a["rate"][rows] * lead + (rate * span).sum(axis=1)
+        a["sinr_time"][rows] += a["sinr"][rows] * lead + (sinr * span).sum(axis=1)
+        a["heard"][rows] = heard[:, -1]
+
+    def _heard_now(self, rows: np.ndarray) -> np.ndarray:
+        """The interference ``rows`` hear now: for a few, summed directly over the
+        transmitters on; for many, the stepping medium's per-station sums."""
+        a = self.slots.a
+        if len(rows) > 16:
+            return self._heard(a["share_b"][rows], rows)
+        heard = np.zeros(len(rows))
+        on = np.flatnonzero(self.active_count > 0)
+        is_up = self._sites()[3]
+        for up in (True, False):
+            mine = np.flatnonzero(self.slots.up[rows] == up)
+            senders = on[is_up[on] == up]
+            if not len(mine) or not len(senders):
+                continue
+            shape = (len(mine), len(senders))
+            grid = np.broadcast_to(rows[mine][:, None], shape)
+            tx = np.broadcast_to(senders, shape)
+            g = self._pair_gains(grid, tx, np.broadcast_to(self._on_cell[senders], shape))
+            band = np.minimum(1.0, a["share_b"][rows[mine]][:, None] / self._width()[senders])
+            heard[mine] = (g * band).sum(axis=1)
+        return heard
+
+    def _pair_gains(self, rows: np.ndarray, tx: np.ndarray, cell: np.ndarray) -> np.ndarray:
+        """``P h(d)`` from transmitter ``tx`` to the receiver of row ``rows``, pair by pair
+        (one direction), zero where the two cells are not co-channel."""
+        a = self.slots.a
+        rx_cell = a["rx_cell"][rows]
+        co = self._co_matrix(int(max(rx_cell.max(), cell.max())) + 1)
+        hears = co[rx_cell, cell]
+        if self.slots.up[rows.flat[0]]:
+            stations, gains = self._station_gains()
+            which = np.searchsorted(stations, rx_cell)
+            return np.where(hears, gains[which, tx], 0.0)
+        x, y, _, _ = self._positions()
+        dx, dy = x[tx] - a["rx"][rows], y[tx] - a["ry"][rows]
+        if self.motion is not None:
+            g = self.gain_of_squared(np.maximum(dx * dx + dy * dy, 1e-18))
+        else:
+            g = self.gain(np.maximum(np.hypot(dx, dy), 1e-9))
+        return np.where(hears, g * self._power()[tx], 0.0)
