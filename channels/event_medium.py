@@ -75,12 +75,6 @@ class EventMedium(Medium, Pieces):
         self._version = 0
         """Counts changes of state (the next change point is cached per instant and version)."""
         self._next: tuple | None = None
-        self._epoch = 0
-        """Counts events logged and logs emptied."""
-        self._fresh_stamp = -1
-        self._mark = np.zeros(0, dtype=bool)
-        self._fresh_rows: list = []
-        """Rows whose rates and next events are exact as of epoch ``_fresh_stamp``."""
 
     def add(self, transmitter: SharedTransmitter, site: Site) -> SharedTransmitter:
         self._spent_at = np.append(self._spent_at, self.now)
@@ -129,10 +123,8 @@ class EventMedium(Medium, Pieces):
         if before == 0:
             self._on_cell[x] = int(self._positions()[2][x])
             self.logs[up].append(self.now, x, 1.0, int(self._on_cell[x]))
-            self._epoch += 1
         elif before + change == 0:
             self.logs[up].append(self.now, x, -1.0, int(self._on_cell[x]))
-            self._epoch += 1
         if len(rows) and before + change > 0:
             a = self.slots.a
             a["share_b"][rows] = self._width()[x] / (before + change)
@@ -202,9 +194,6 @@ class EventMedium(Medium, Pieces):
         a["rate"][rows], a["sinr"][rows] = rate, sinr
         a["done_at"][rows] = np.minimum(t + send_time(remaining, rate), own)
         a["key"][rows] = np.minimum(t + send_time(remaining, best), own)
-        mark = self._marks()
-        self._fresh_rows.append(rows[~mark[rows]])
-        mark[rows] = True
 
     def _evaluate(self, rows: np.ndarray, t: float) -> None:
         """Bring ``rows`` (and their multicast mates) up to ``t``: their bits and SINR
@@ -227,49 +216,33 @@ class EventMedium(Medium, Pieces):
         self._refresh(rows, t)
 
     # --- the clock -------------------------------------------------------------------------
-    def _marks(self) -> np.ndarray:
-        """Which rows are fresh: their rates and next events computed with every event so
-        far (an event, which moves the epoch, clears them)."""
-        if len(self._mark) != len(self.slots.alive):
-            self._mark = np.zeros(len(self.slots.alive), dtype=bool)
-            self._fresh_rows = []
-        if self._fresh_stamp != self._epoch:
-            for rows in self._fresh_rows:
-                self._mark[rows] = False
-            self._fresh_stamp, self._fresh_rows = self._epoch, []
-        return self._mark
-
-    def _fresh(self) -> np.ndarray:
-        """The open fresh rows (see :meth:`_marks`)."""
-        mark = self._marks()
-        if not self._fresh_rows:
-            return np.zeros(0, dtype=np.int64)
-        rows = (
-            np.concatenate(self._fresh_rows) if len(self._fresh_rows) > 1 else self._fresh_rows[0]
-        )
-        self._fresh_rows = [rows]
-        return rows[mark[rows] & self.slots.alive[rows]]
+    def _fresh_mask(self) -> np.ndarray:
+        """The open rows whose rates and next events are exact: computed with every event
+        of their direction's log (a row's own changes refresh it)."""
+        logged = np.where(self.slots.up, self.logs[True].n, self.logs[False].n)
+        return self.slots.alive & (self.slots.a["at"] == logged)
 
     def _next_event(self, t: float, limit: float) -> float:
         """The next change point after ``t`` (at most ``limit``): the receptions whose key
         falls before the best candidate so far brought up to date, the earliest first."""
-        if self._next is not None and self._next[:2] == (self._epoch, self._version):
-            best, searched = self._next[2:]
+        state = (self.logs[True].n, self.logs[False].n, self._version)
+        if self._next is not None and self._next[0] == state:
+            best, searched = self._next[1:]
             if best < searched or limit <= searched:
                 return min(best, limit)
         a = self.slots.a
-        fresh = self._fresh()
+        fresh = self._fresh_mask()
         best = min(limit, float(a["done_at"][fresh].min(initial=math.inf)))
         while True:
             bound = best + 1e-12 * max(1.0, abs(best)) if math.isfinite(best) else math.inf
-            rows = np.flatnonzero((a["key"] <= bound) & self.slots.alive & ~self._marks())
+            rows = np.flatnonzero((a["key"] <= bound) & self.slots.alive & ~fresh)
             if not len(rows):
-                self._next = (self._epoch, self._version, best, limit)
+                self._next = (state, best, limit)
                 return best
             if len(rows) > _FIRST:
                 rows = rows[np.argpartition(a["key"][rows], _FIRST)[:_FIRST]]
             self._evaluate(rows, t)
-            fresh = self._fresh()
+            fresh = self._fresh_mask()
             best = min(best, float(a["done_at"][fresh].min(initial=math.inf)))
 
     def next_change(self) -> float:
@@ -308,11 +281,9 @@ class EventMedium(Medium, Pieces):
         do; the others stay anchored."""
         a, now = self.slots.a, t + step
         tol = 1e-12 * max(1.0, abs(now))
-        fresh = self._fresh()
-        ending = (a["done_at"][fresh] <= now + tol) | (
-            a["remaining"][fresh] <= _DONE * a["bits"][fresh]
-        )
-        rows = self._groups(fresh[ending])
+        fresh = self._fresh_mask()
+        ending = fresh & ((a["done_at"] <= now + tol) | (a["remaining"] <= _DONE * a["bits"]))
+        rows = self._groups(np.flatnonzero(ending))
         self.now = now
         if not len(rows):
             return []
@@ -357,7 +328,6 @@ class EventMedium(Medium, Pieces):
             self.client_x, self.client_y = motion.positions(k * motion.tick_s)
             for log in self.logs.values():
                 log.n = 0
-            self._epoch += 1
             if len(rows):
                 a = self.slots.a
                 a["at"][rows] = 0
@@ -405,6 +375,5 @@ class EventMedium(Medium, Pieces):
         assert isinstance(twin, EventMedium)
         twin.logs = {up: log.copy() for up, log in self.logs.items()}
         twin._next = None
-        twin._fresh_rows, twin._mark = list(self._fresh_rows), self._mark.copy()
         twin._spent_at, twin._on_cell = self._spent_at.copy(), self._on_cell.copy()
         return twin

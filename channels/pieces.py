@@ -71,24 +71,51 @@ class Pieces:
         a = self.slots.a
         at = a["at"][rows]
         counts = log.n - at
-        row = np.repeat(np.arange(len(rows)), counts)
         starts = np.cumsum(counts) - counts
-        k = at[row] + (np.arange(len(row)) - starts[row])
-        ev_tx, pair = log.tx[k], rows[row]
-        b = a["share_b"][pair]
-        delta = self._pair_gains(pair, ev_tx, log.cell[k]) * log.sign[k]
-        delta *= np.minimum(1.0, b / self._width()[ev_tx])
+        last = starts + counts - 1
+        k = np.arange(int(counts.sum())) + np.repeat(at - starts, counts)
+        ev_tx, ev_t = log.tx[k], log.t[k]
+        b = a["share_b"][rows]
+        b_each = np.repeat(b, counts)
+        delta = self._row_gains(rows, counts, ev_tx, log.cell[k]) * log.sign[k]
+        delta *= np.minimum(1.0, b_each / self._width()[ev_tx])
         running = np.cumsum(delta)
-        before = running[starts] - delta[starts]
-        heard = a["heard"][rows][row] + (running - before[row])
-        until = np.where(k + 1 < log.n, log.t[np.minimum(k + 1, log.n - 1)], t)
-        span = until - log.t[k]
-        link = {f: a[f][pair] for f in LINK}
-        rate, sinr = fluid.link_rates(link, b, a["share_p"][pair], heard)
+        heard = np.repeat(a["heard"][rows] - (running[starts] - delta[starts]), counts) + running
+        until = np.append(ev_t[1:], t)
+        until[last] = t
+        span = until - ev_t
+        signal = a["share_p"][rows] * a["fade"][rows] * a["path_gain"][rows]
+        sinr = np.repeat(signal, counts) / (
+            np.repeat(a["noise_psd"][rows] * b, counts)
+            + (np.repeat(a["interference_w"][rows], counts) + heard)
+        )
+        rate = b_each * np.log2(1.0 + sinr)
+        efficiency = a["efficiency"][rows]
+        if not np.isnan(efficiency).all():
+            fixed = np.repeat(efficiency, counts)
+            rate = np.where(np.isnan(fixed), rate, fixed * b_each)
+        threshold = a["min_sinr"][rows]
+        if (threshold > 0).any():
+            rate = np.where(sinr >= np.repeat(threshold, counts), rate, 0.0)
         lead = log.t[at] - a["anchor"][rows]  # anchor to the first event
         a["remaining"][rows] -= a["rate"][rows] * lead + np.add.reduceat(rate * span, starts)
         a["sinr_time"][rows] += a["sinr"][rows] * lead + np.add.reduceat(sinr * span, starts)
-        a["heard"][rows] = heard[starts + counts - 1]
+        a["heard"][rows] = heard[last]
+
+    def _row_gains(
+        self, rows: np.ndarray, counts: np.ndarray, tx: np.ndarray, cell: np.ndarray
+    ) -> np.ndarray:
+        """:meth:`_pair_gains` for each row repeated ``counts`` times against the events
+        ``tx`` / ``cell`` (uplinks: looked up in the per-tick station table)."""
+        a = self.slots.a
+        rx_cell = a["rx_cell"][rows]
+        if not self.slots.up[rows[0]]:
+            return self._pair_gains(np.repeat(rows, counts), tx, cell)
+        co = self._co_matrix(int(max(rx_cell.max(), cell.max())) + 1)
+        hears = co.ravel()[np.repeat(rx_cell * len(co), counts) + cell]
+        stations, gains = self._station_gains()
+        which = np.searchsorted(stations, rx_cell) * gains.shape[1]
+        return np.where(hears, gains.ravel()[np.repeat(which, counts) + tx], 0.0)
 
     def _pieces(self, rows: np.ndarray, log: Log, t: float) -> None:
         """:meth:`_integrate` on a [row x event] grid, for multicasts at their lowest rate
