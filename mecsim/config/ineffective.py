@@ -19,8 +19,8 @@ def _changed(section: BaseModel, key: str) -> bool:
 
 def ineffective_settings(scenario: Scenario) -> list[str]:
     """Settings given in the scenario that change nothing in it, one line each: handover
-    keys without moving clients, a backhaul without the hierarchical protocol, a Ray
-    address without the Ray executor."""
+    keys without moving clients, a medium engine with one cell, a backhaul without the
+    hierarchical protocol, a Ray address without the Ray executor."""
     found = []
     network = scenario.network
     if scenario.clients.mobility.model == "static":
@@ -29,6 +29,8 @@ def ineffective_settings(scenario: Scenario) -> list[str]:
             for key in type(network).model_fields
             if key.startswith("handover_") and _changed(network, key)
         ]
+    if _changed(network, "medium") and len(network.cells) < 2:
+        found.append("network.medium has no effect: one cell has no shared medium (network.cells)")
     if _changed(network, "backhaul") and scenario.protocol.kind != "hierarchical":
         found.append("network.backhaul has no effect: only protocol.kind = 'hierarchical' uses it")
     execution = scenario.execution

@@ -17,6 +17,7 @@ QUICKSTART = str(Path(__file__).resolve().parents[2] / "scenarios" / "quickstart
         ("network.handover_margin_db=5", "network.handover_margin_db has no effect"),
         ("network.backhaul.rate_mbps=10", "network.backhaul has no effect"),
         ('execution.ray_address="auto"', "execution.ray_address has no effect"),
+        ('network.medium="stepping"', "network.medium has no effect"),
     ],
 )
 def test_a_setting_without_effect_is_one_warning_line(caplog, setting, says):
