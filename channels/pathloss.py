@@ -42,4 +42,11 @@ class LogDistancePathLoss:
         """:meth:`gain` at distances given squared (m^2, > 0), unchecked: one power, no
         square root (the hot path of moving clients' geometry)."""
         scale = db_to_linear(self.constant_db)
-        return scale * (squared_m2 / self.reference_m**2) ** (-0.5 * self.exponent)
+        ratio = squared_m2 / self.reference_m**2
+        half = 0.5 * self.exponent
+        if half == int(half) and 1 <= half <= 4 and np.ndim(ratio):  # products, not a power
+            power = ratio * ratio if half > 1 else ratio.copy()
+            for _ in range(int(half) - 2):
+                np.multiply(power, ratio, out=power)
+            return np.divide(scale, power, out=power)
+        return scale * ratio ** (-half)

@@ -38,3 +38,15 @@ def test_rejects_bad_parameters():
         LogDistancePathLoss(reference_m=0.0)
     with pytest.raises(ValueError, match="exponent"):
         LogDistancePathLoss(exponent=-1.0)
+
+
+@pytest.mark.parametrize("exponent", [2.0, 3.0, 3.7, 4.0, 6.0, 8.0])
+def test_gain_of_squared_distances_is_the_gain_at_their_roots(exponent):
+    # even exponents take products instead of a power (the hot path of moving clients)
+    pathloss = LogDistancePathLoss(-40.0, 2.0, exponent)
+    squared = np.random.default_rng(0).uniform(1.0, 1e7, 1000)
+    before = squared.copy()
+    got = pathloss.gain_of_squared(squared)
+    assert np.allclose(got, pathloss.gain(np.sqrt(squared)), rtol=1e-14, atol=0.0)
+    assert np.array_equal(squared, before)  # computed in a new array, the input untouched
+    assert float(pathloss.gain_of_squared(np.array(16.0))) == pytest.approx(pathloss.gain(4.0), rel=1e-14)
