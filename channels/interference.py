@@ -103,18 +103,25 @@ class Interference:
             self._table = (self._tick, radios, g * self._power()[radios][None, :])
         return self._table[1], self._table[2]
 
-    def _station_gains(self) -> tuple[np.ndarray, np.ndarray]:
-        """(the base stations' cells, sorted; [station x transmitter] ``P h(d)``), computed
-        once per tick (once with nothing moving)."""
+    def _station_gains(self, columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(the base stations' cells, sorted; [station x transmitter] ``P h(d)``), valid for
+        the transmitters ``columns``: a column is computed the first time it is asked for
+        in a tick (once with nothing moving), so only transmitters on the air cost."""
         key = (self._tick, len(self._stations))
         if self._gains is None or self._gains[0] != key:
             cells = np.array(sorted(self._stations), dtype=np.int64)
             xy = np.array([self._stations[c] for c in cells.tolist()]).reshape(-1, 2)
+            size = len(self._power())
+            self._gains = (key, cells, np.zeros((len(cells), size)), np.zeros(size, bool), xy)
+        _, cells, table, known, xy = self._gains
+        missing = np.unique(columns[~known[columns]])
+        if len(missing):
             x, y, _, _ = self._positions()
-            dx, dy = x[None, :] - xy[:, 0:1], y[None, :] - xy[:, 1:2]
-            g = self.gain_of_squared(np.maximum(dx * dx + dy * dy, 1e-18)) * self._power()[None, :]
-            self._gains = (key, cells, g)
-        return self._gains[1], self._gains[2]
+            dx, dy = x[missing][None, :] - xy[:, 0:1], y[missing][None, :] - xy[:, 1:2]
+            g = self.gain_of_squared(np.maximum(dx * dx + dy * dy, 1e-18))
+            table[:, missing] = g * self._power()[missing][None, :]
+            known[missing] = True
+        return cells, table
 
     def _at_stations(
         self, rx_cell: np.ndarray, band: np.ndarray, senders: np.ndarray, cell: np.ndarray,
@@ -124,7 +131,7 @@ class Interference:
         b / B_u)`` over the co-channel uplinks ``senders``. Bands all equal: one sum per
         station; else prefix sums over the senders sorted by band (those of band <= b count
         fully, wider ones by b / B)."""
-        stations, gains = self._station_gains()
+        stations, gains = self._station_gains(senders)
         which = np.searchsorted(stations, rx_cell)
         width = self._width()
         if self._uplink_band is not None:  # every uplink has the same band

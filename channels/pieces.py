@@ -46,7 +46,7 @@ class Pieces:
     def _co_matrix(self, cells: int) -> np.ndarray:
         raise NotImplementedError
 
-    def _station_gains(self) -> tuple[np.ndarray, np.ndarray]:
+    def _station_gains(self, columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         raise NotImplementedError
 
     def _heard(self, share_b: np.ndarray, index: np.ndarray | None = None) -> np.ndarray:
@@ -113,7 +113,7 @@ class Pieces:
             return self._pair_gains(np.repeat(rows, counts), tx, cell)
         co = self._co_matrix(int(max(rx_cell.max(), cell.max())) + 1)
         hears = co.ravel()[np.repeat(rx_cell * len(co), counts) + cell]
-        stations, gains = self._station_gains()
+        stations, gains = self._station_gains(tx)
         which = np.searchsorted(stations, rx_cell) * gains.shape[1]
         return np.where(hears, gains.ravel()[np.repeat(which, counts) + tx], 0.0)
 
@@ -173,7 +173,7 @@ class Pieces:
         co = self._co_matrix(int(max(rx_cell.max(), cell.max())) + 1)
         hears = co[rx_cell, cell]
         if self.slots.up[rows.flat[0]]:
-            stations, gains = self._station_gains()
+            stations, gains = self._station_gains(tx.ravel())
             which = np.searchsorted(stations, rx_cell)
             return np.where(hears, gains[which, tx], 0.0)
         x, y, _, _ = self._positions()
