@@ -78,7 +78,7 @@ class Interference:
                 continue
             rows = index[mine]
             if self.motion is not None:  # gains of every client to every radio, per tick
-                radios, table = self._radio_gains()
+                radios, table = self._radio_gains(a["client"][rows])
                 g = table[a["client"][rows]][:, np.searchsorted(radios, senders)]
                 g = np.where(co[rx_cell[mine]][:, cell[senders]], g, 0.0)
             else:
@@ -91,17 +91,25 @@ class Interference:
             heard[mine] = (g * share).sum(axis=1)
         return heard
 
-    def _radio_gains(self) -> tuple[np.ndarray, np.ndarray]:
+    def _radio_gains(self, clients: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(the cell radios' transmitter indices; [client x radio] ``P h(d)`` from each
-        radio to each moving client), computed once per tick."""
+        radio to each moving client), valid for ``clients``: a client's row is computed
+        the first time a tick asks for it."""
         if self._table is None or self._table[0] != self._tick:
-            x, y, _, up = self._positions()
+            _, _, _, up = self._positions()
             radios = np.flatnonzero(~up)
-            dx = self.client_x[:, None] - x[radios][None, :]
-            dy = self.client_y[:, None] - y[radios][None, :]
+            size = len(self.client_x)
+            self._table = (self._tick, radios, np.zeros((size, len(radios))), np.zeros(size, bool))
+        _, radios, table, known = self._table
+        missing = np.unique(clients[~known[clients]])
+        if len(missing):
+            x, y, _, _ = self._positions()
+            dx = self.client_x[missing][:, None] - x[radios][None, :]
+            dy = self.client_y[missing][:, None] - y[radios][None, :]
             g = self.gain_of_squared(np.maximum(dx * dx + dy * dy, 1e-18))
-            self._table = (self._tick, radios, g * self._power()[radios][None, :])
-        return self._table[1], self._table[2]
+            table[missing] = g * self._power()[radios][None, :]
+            known[missing] = True
+        return radios, table
 
     def _station_gains(self, columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(the base stations' cells, sorted; [station x transmitter] ``P h(d)``), valid for
