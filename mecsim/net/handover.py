@@ -78,9 +78,14 @@ class HandoverSchedule:
         """[client x cell] mean received power at time ``t``, W (per W of noise: path
         gain times the cell's power)."""
         x, y = self.trajectories.positions(t)
-        dx, dy = x[:, None] - self._bx[None, :], y[:, None] - self._by[None, :]
-        squared = np.maximum(dx * dx + dy * dy, 1e-18)
-        return self._power[None, :] * self.pathloss.gain_of_squared(squared)
+        squared = x[:, None] - self._bx[None, :]  # in place: [client x cell] arrays are big
+        np.multiply(squared, squared, out=squared)
+        dy = y[:, None] - self._by[None, :]
+        np.multiply(dy, dy, out=dy)
+        np.add(squared, dy, out=squared)
+        np.maximum(squared, 1e-18, out=squared)
+        gain = self.pathloss.gain_of_squared(squared)
+        return np.multiply(gain, self._power[None, :], out=gain)
 
     def _evaluate(self, k: int) -> None:
         t = self.tick_time(k)
