@@ -5,8 +5,8 @@ from where the transmitters are and which are on the air, the interference
 every open reception hears, ``P h(d) min(1, b / B)`` summed over the
 co-channel transmitters of other cells in the same direction. Uplinks are
 decoded at their cell's base station, so their interference is summed per
-station from a [station x transmitter] gain table kept per tick; downlinks at
-each client, over the (few) cell radios.
+station from a [station x transmitter] gain table kept per tick (a column computed
+when a tick first asks for it); downlinks at each client, over the (few) cell radios.
 """
 
 from __future__ import annotations
