@@ -148,3 +148,50 @@ def test_a_download_broken_by_a_handover_is_re_sent_from_the_new_cell(engine):
     assert r.end == pytest.approx(expected, rel=1e-12)
     assert again.start == pytest.approx(at + gap)
     assert again.energy_j == pytest.approx(power * (expected - at - gap), rel=1e-9)
+
+
+class _NoHandovers:
+    interruption_s = 0.05
+
+    def next_after(self, start: float, end: float) -> float:
+        return end
+
+    def between(self, start: float, end: float) -> list:
+        return []
+
+    def cell_of(self, client: int, t: float) -> int:
+        return 0
+
+
+def test_gain_tables_filled_lazily_are_those_of_each_ticks_positions():
+    # columns (uplinks) and rows (clients) are computed the first time a tick asks for
+    # them; each must be P h(d) from where the clients are in that tick, whenever asked
+    xs = np.array([100.0, 300.0, 700.0])
+
+    def positions(t: float) -> tuple[np.ndarray, np.ndarray]:
+        return xs + 50.0 * t, np.full(3, 20.0 * t)
+
+    motion = Motion(positions, _NoHandovers(), [(c.x_m, c.y_m) for c in CELLS], 1.0,
+                    np.array([0, 0, 1]))  # fmt: skip
+    m = Medium(PATHLOSS.gain, lambda a, b: a != b, lambda s, r: (0.0, 0.0), motion)
+    radios = [m.add(SharedTransmitter(c.bandwidth_hz, c.tx_power_w), Site(c.x_m, c.y_m, c.id, "down"))
+              for c in CELLS]  # fmt: skip
+    uplinks = [m.add(SharedTransmitter(BAND, POWER), Site(x, 0.0, int(x > 500), "up", i))
+               for i, x in enumerate(xs)]  # fmt: skip
+    assert len(radios) == 2 and len(uplinks) == 3
+    for t in (0.0, 2.5):  # two ticks: the tables start over
+        m._move(t)
+        x, y = positions(math.floor(t))
+        for columns in (np.array([3]), np.array([2, 4])):  # uplinks 0 then 1 and 2
+            stations, table = m._station_gains(columns)
+            for s, cell in enumerate(stations.tolist()):
+                for col in columns.tolist():
+                    d = math.hypot(x[col - 2] - CELLS[cell].x_m, y[col - 2] - CELLS[cell].y_m)
+                    assert table[s, col] == pytest.approx(POWER * PATHLOSS.gain(d), rel=1e-13, abs=0)
+        for clients in (np.array([1]), np.array([0, 2])):
+            radio_index, table = m._radio_gains(clients)
+            for r, radio in enumerate(radio_index.tolist()):
+                for c in clients.tolist():
+                    d = math.hypot(x[c] - CELLS[radio].x_m, y[c] - CELLS[radio].y_m)
+                    expected = CELLS[radio].tx_power_w * PATHLOSS.gain(d)
+                    assert table[c, r] == pytest.approx(expected, rel=1e-13, abs=0)
