@@ -24,7 +24,7 @@ same piecewise integration, and does the work lazily:
 
 Energy is kept per transmitter as a checkpoint and the time since: ``P / n`` per
 open transmission while the count ``n`` holds. Tables agree with the stepping
-medium's to rounding (``tests/channels/test_event_medium.py`` runs both).
+medium's to rounding (``tests/net/test_event_medium_runs.py`` runs both).
 """
 
 from __future__ import annotations
