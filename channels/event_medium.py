@@ -40,12 +40,10 @@ from mecsim.channels.pieces import LINK, Pieces
 from mecsim.channels.rows import Log, Rows
 from mecsim.channels.sharing import (
     _DONE,
-    PermanentOutage,
     Reception,
     SharedTransmitter,
     Transmission,
     send_time,
-    step_length,
 )
 
 _FIRST = 32  # receptions brought up to date first when the next change point is unknown
@@ -82,27 +80,6 @@ class EventMedium(Medium, Pieces):
         return super().add(transmitter, site)
 
     # --- transmissions ---------------------------------------------------------------------
-    def _register(self, transmission: Transmission) -> None:
-        via = transmission.via
-        assert via is not None and id(via) in self._index, "an unknown transmitter"
-        x = self._index[id(via)]
-        tr, self._next_tr = self._next_tr, self._next_tr + 1
-        self.transmissions[tr] = transmission
-        self._tr_tx[tr] = x
-        self._tr_open[tr], self._tr_last[tr] = 0, -math.inf
-        self._count(x, +1)
-        self._tr_energy[tr] = self._energy_now(x)
-        self._add_slots(tr, transmission, [r for r in transmission.receptions if r.open])
-
-    def _end_transmission(self, tr: int, end: float) -> None:
-        transmission = self.transmissions.pop(tr)
-        transmission.end = end
-        self.closed.append(transmission)
-        x = self._tr_tx.pop(tr)
-        transmission.energy_j += self._energy_now(x) - self._tr_energy.pop(tr)
-        del self._tr_open[tr], self._tr_last[tr]
-        self._count(x, -1)
-
     def _energy_now(self, x: int) -> float:
         """Transmitter ``x``'s energy per open transmission, up to now."""
         n = int(self.active_count[x])
@@ -245,35 +222,11 @@ class EventMedium(Medium, Pieces):
             fresh = self._fresh_mask()
             best = min(best, float(a["done_at"][fresh].min(initial=math.inf)))
 
-    def next_change(self) -> float:
-        self._move(self.now)
-        wake = min((s[0] for s in self.suspended), default=math.inf)
-        if not len(self.slots):
-            return wake
-        return self._next_event(self.now, self._next_motion(self.now, wake))
+    def _horizon(self, t: float, limit: float) -> float:
+        return self._next_event(t, self._next_motion(t, limit))
 
-    def advance(self, until: float) -> list[Reception]:
-        ended: list[Reception] = []
-        while True:
-            t = self.now
-            self._move(t)
-            ended += self._ended_in_move
-            self._ended_in_move = []
-            if not len(self.slots):
-                wake = min((s[0] for s in self.suspended), default=math.inf)
-                if math.isinf(wake) or wake > until:
-                    break
-                self.now = wake
-                continue
-            if t >= until:
-                break
-            horizon = self._next_event(t, self._next_motion(t, until))
-            if math.isinf(horizon):
-                raise PermanentOutage(self.slots.a["client"][self.slots.index()].tolist())
-            ended += self._step(t, step_length(t, horizon))
-        if not math.isinf(until):
-            self.now = max(self.now, until)
-        return ended
+    def _open_clients(self) -> list[int]:
+        return self.slots.a["client"][self.slots.index()].tolist()
 
     def _step(self, t: float, step: float) -> list[Reception]:
         """To ``t + step``, the next change point: the receptions that end, fail or start a
@@ -314,34 +267,21 @@ class EventMedium(Medium, Pieces):
         return gone
 
     # --- moving clients --------------------------------------------------------------------
-    def _move(self, t: float) -> None:
-        motion = self.motion
-        if motion is None:
-            return
-        k = motion.tick(t)
-        if k != self._tick:
-            self._version += 1
-            rows = self.slots.index()
-            if len(rows):
-                self._evaluate(rows, t)  # at the old tick's gains
-            self._tick = k
-            self.client_x, self.client_y = motion.positions(k * motion.tick_s)
-            for log in self.logs.values():
-                log.n = 0
-            if len(rows):
-                a = self.slots.a
-                a["at"][rows] = 0
-                self._aim(rows)
-                a["heard"][rows] = self._heard_now(rows)
-                self._refresh(rows, t)
-        for h in motion.schedule.between(self._moved_until, t):
-            self._hand_over(h.client, h.target, h.t)
-        self._moved_until = max(self._moved_until, t)
-        due = [s for s in self.suspended if s[0] <= t]
-        if due:
-            self.suspended = [s for s in self.suspended if s[0] > t]
-            for _, r, left, up in due:
-                self._resume(r, left, up)
+    def _new_tick(self, k: int, t: float) -> None:
+        rows = self.slots.index()
+        if len(rows):
+            self._evaluate(rows, t)  # at the old tick's gains
+        self._version += 1
+        self._tick = k
+        assert self.motion is not None
+        self.client_x, self.client_y = self.motion.positions(k * self.motion.tick_s)
+        for log in self.logs.values():
+            log.n = 0
+        if len(rows):
+            self.slots.a["at"][rows] = 0
+            self._aim(rows)
+            self.slots.a["heard"][rows] = self._heard_now(rows)
+            self._refresh(rows, t)
 
     def _hand_over(self, client: int, target: int, t: float) -> None:
         assert self.motion is not None and self.serving is not None
@@ -354,18 +294,9 @@ class EventMedium(Medium, Pieces):
         self._version += 1
         if not len(mine):
             return
-        resume_at = t + self.motion.schedule.interruption_s
         trs, ups = a["tr"][mine].tolist(), self.slots.up[mine].tolist()
         mates = np.setdiff1d(self._groups(mine), mine)
-        for r, tr, up in zip(self.slots.remove(mine), trs, ups, strict=True):
-            transmission = self.transmissions[tr]
-            transmission.receptions.remove(r)
-            if self.motion.restart:
-                r.remaining = float(r.bits)
-            self.suspended.append((resume_at, r, transmission, up))
-            self._tr_open[tr] -= 1
-            if self._tr_open[tr] == 0:
-                self._end_transmission(tr, max(t, self._tr_last[tr]))
+        self._suspend(self.slots.remove(mine), trs, ups, t)
         mates = mates[self.slots.alive[mates]]
         if len(mates):
             self._refresh(mates, self.now)

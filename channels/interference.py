@@ -1,7 +1,8 @@
 """Interference between cells on a medium: who hears whom, and how much.
 
 :class:`Interference` is a mix-in of :class:`~mecsim.channels.medium.Medium`:
-from where the transmitters are and which are on the air, the interference
+from where the transmitters are (their sites, and moving clients' positions
+and cells each tick) and which are on the air, the interference
 every open reception hears, ``P h(d) min(1, b / B)`` summed over the
 co-channel transmitters of other cells in the same direction. Uplinks are
 decoded at their cell's base station, so their interference is summed per
@@ -36,12 +37,43 @@ class Interference:
     motion: object
     client_x: np.ndarray
     client_y: np.ndarray
+    sites: dict
+    transmitters: list
+    serving: np.ndarray | None
+    _where: tuple | None
+    _static: tuple[np.ndarray, ...] | None
+    _handovers: int
 
     def _positions(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        raise NotImplementedError
+        """Every transmitter's (x, y, cell, is-uplink) now (cached until a tick or a
+        handover)."""
+        x, y, cell, up, client, _, _ = self._sites()
+        if self.motion is None:
+            return x, y, cell, up
+        key = (self._tick, self._handovers)
+        if self._where is not None and self._where[0] == key:
+            return self._where[1]
+        assert self.serving is not None
+        moving = client >= 0
+        x = np.where(moving, self.client_x[np.maximum(client, 0)], x)
+        y = np.where(moving, self.client_y[np.maximum(client, 0)], y)
+        cell = np.where(moving, self.serving[np.maximum(client, 0)], cell)
+        self._where = (key, (x, y, cell, up))
+        return x, y, cell, up
 
     def _sites(self) -> tuple[np.ndarray, ...]:
-        raise NotImplementedError
+        """Every transmitter's site (x, y, cell, uplink, client) and its power and band."""
+        if self._static is None:
+            sites = [self.sites[id(tx)] for tx in self.transmitters]
+            self._static = (
+                np.array([s.x_m for s in sites]), np.array([s.y_m for s in sites]),
+                np.array([s.cell for s in sites], dtype=np.int64),
+                np.array([s.direction == "up" for s in sites]),
+                np.array([s.client for s in sites], dtype=np.int64),
+                np.array([tx.power_w for tx in self.transmitters]),
+                np.array([tx.bandwidth_hz for tx in self.transmitters]),
+            )  # fmt: skip
+        return self._static
 
     def _power(self) -> np.ndarray:
         return self._sites()[5]

@@ -224,12 +224,13 @@ class Medium(Interference):
     def _register(self, transmission: Transmission) -> None:
         via = transmission.via
         assert via is not None and id(via) in self._index, "an unknown transmitter"
+        x = self._index[id(via)]
         tr, self._next_tr = self._next_tr, self._next_tr + 1
         self.transmissions[tr] = transmission
-        self._tr_tx[tr] = self._index[id(via)]
+        self._tr_tx[tr] = x
         self._tr_open[tr], self._tr_last[tr] = 0, -math.inf
-        self._tr_energy[tr] = float(self._energy[self._index[id(via)]])
-        self.active_count[self._index[id(via)]] += 1
+        self._count(x, +1)
+        self._tr_energy[tr] = self._energy_now(x)
         self._add_slots(tr, transmission, [r for r in transmission.receptions if r.open])
 
     def _add_slots(self, tr: int, transmission: Transmission, receptions: list[Reception]) -> None:
@@ -250,10 +251,18 @@ class Medium(Interference):
         transmission = self.transmissions.pop(tr)
         transmission.end = end
         self.closed.append(transmission)
-        tx = self._tr_tx.pop(tr)
-        transmission.energy_j += float(self._energy[tx]) - self._tr_energy.pop(tr)
-        self.active_count[tx] -= 1
+        x = self._tr_tx.pop(tr)
+        transmission.energy_j += self._energy_now(x) - self._tr_energy.pop(tr)
         del self._tr_open[tr], self._tr_last[tr]
+        self._count(x, -1)
+
+    def _count(self, x: int, change: int) -> None:
+        """Transmitter ``x`` gains or loses a transmission now."""
+        self.active_count[x] += change
+
+    def _energy_now(self, x: int) -> float:
+        """Transmitter ``x``'s energy per open transmission, up to now."""
+        return float(self._energy[x])
 
     def write_back(self) -> None:
         """Bring the open receptions' and transmissions' objects up to date."""
@@ -273,37 +282,6 @@ class Medium(Interference):
         assert self.serving is not None
         return Site(float(self.client_x[c]), float(self.client_y[c]), int(self.serving[c]),
                     site.direction, c)  # fmt: skip
-
-    def _positions(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """Every transmitter's (x, y, cell, is-uplink) now (cached until a tick or a
-        handover)."""
-        x, y, cell, up, client, _, _ = self._sites()
-        if self.motion is None:
-            return x, y, cell, up
-        key = (self._tick, self._handovers)
-        if self._where is not None and self._where[0] == key:
-            return self._where[1]
-        assert self.serving is not None
-        moving = client >= 0
-        x = np.where(moving, self.client_x[np.maximum(client, 0)], x)
-        y = np.where(moving, self.client_y[np.maximum(client, 0)], y)
-        cell = np.where(moving, self.serving[np.maximum(client, 0)], cell)
-        self._where = (key, (x, y, cell, up))
-        return x, y, cell, up
-
-    def _sites(self) -> tuple[np.ndarray, ...]:
-        """Every transmitter's site (x, y, cell, uplink, client) and its power and band."""
-        if self._static is None:
-            sites = [self.sites[id(tx)] for tx in self.transmitters]
-            self._static = (
-                np.array([s.x_m for s in sites]), np.array([s.y_m for s in sites]),
-                np.array([s.cell for s in sites], dtype=np.int64),
-                np.array([s.direction == "up" for s in sites]),
-                np.array([s.client for s in sites], dtype=np.int64),
-                np.array([tx.power_w for tx in self.transmitters]),
-                np.array([tx.bandwidth_hz for tx in self.transmitters]),
-            )  # fmt: skip
-        return self._static
 
     def _aim(self, index: np.ndarray) -> None:
         """With motion: receivers and path gains of slots ``index`` from where things are."""
@@ -327,10 +305,7 @@ class Medium(Interference):
             return
         k = motion.tick(t)
         if k != self._tick:
-            self._tick = k
-            self.client_x, self.client_y = motion.positions(k * motion.tick_s)
-            self._aim(np.arange(len(self.slots)))
-            self._plan = None
+            self._new_tick(k, t)
         for h in motion.schedule.between(self._moved_until, t):
             self._hand_over(h.client, h.target, h.t)
         self._moved_until = max(self._moved_until, t)
@@ -340,17 +315,32 @@ class Medium(Interference):
             for _, r, left, up in due:
                 self._resume(r, left, up)
 
+    def _new_tick(self, k: int, t: float) -> None:
+        """Tick ``k`` starts at ``t``: clients' positions, and the path gains from them."""
+        assert self.motion is not None
+        self._tick = k
+        self.client_x, self.client_y = self.motion.positions(k * self.motion.tick_s)
+        self._aim(np.arange(len(self.slots)))
+        self._plan = None
+
     def _hand_over(self, client: int, target: int, t: float) -> None:
         """Detach ``client``'s open receptions at ``t``; they resume after the break."""
         assert self.motion is not None and self.serving is not None
         self.serving[client] = target
         self._handovers += 1
-        resume_at = t + self.motion.schedule.interruption_s
         mine = self.slots.a["client"] == client
         if not mine.any():
             return
         trs, ups = self.slots.a["tr"][mine].tolist(), self.slots.up[mine].tolist()
-        for r, tr, up in zip(self.slots.remove(mine), trs, ups, strict=True):
+        self._suspend(self.slots.remove(mine), trs, ups, t)
+        self._plan = None
+
+    def _suspend(self, gone: list[Reception], trs: list[int], ups: list[bool], t: float) -> None:
+        """Receptions ``gone`` (of transmissions ``trs``), detached by a handover at ``t``,
+        wait out the break; a transmission left with none ends."""
+        assert self.motion is not None
+        resume_at = t + self.motion.schedule.interruption_s
+        for r, tr, up in zip(gone, trs, ups, strict=True):
             transmission = self.transmissions[tr]
             transmission.receptions.remove(r)
             if self.motion.restart:
@@ -359,7 +349,6 @@ class Medium(Interference):
             self._tr_open[tr] -= 1
             if self._tr_open[tr] == 0:
                 self._end_transmission(tr, max(t, self._tr_last[tr]))
-        self._plan = None
 
     def _resume(self, r: Reception, left: Transmission, up: bool) -> None:
         """``r`` goes on from its client's new cell (see the module docstring)."""
@@ -402,7 +391,8 @@ class Medium(Interference):
 
     # --- stepping --------------------------------------------------------------------------
     def advance(self, until: float) -> list[Reception]:
-        """Move every transmitter to ``until`` together; return the receptions that ended."""
+        """Move every transmitter to ``until`` together; return the receptions that ended.
+        (:meth:`_horizon` finds each change point, :meth:`_step` steps to it.)"""
         ended: list[Reception] = []
         while True:
             t = self.now
@@ -417,17 +407,25 @@ class Medium(Interference):
                 continue
             if t >= until:
                 break
-            rate, sinr, horizon = self._rates()
-            horizon = self._next_motion(t, min(horizon, until))
+            horizon = self._horizon(t, until)
             if math.isinf(horizon):
-                raise PermanentOutage(self.slots.a["client"].tolist())
-            ended += self._apply(t, step_length(t, horizon), rate, sinr)
+                raise PermanentOutage(self._open_clients())
+            ended += self._step(t, step_length(t, horizon))
         if not math.isinf(until):
             self.now = max(self.now, until)
         return ended
 
-    def _apply(self, t: float, step: float, rate: np.ndarray, sinr: np.ndarray) -> list[Reception]:
-        """One step of length ``step`` from ``t`` at ``rate`` (see :mod:`.fluid`)."""
+    def _horizon(self, t: float, limit: float) -> float:
+        """The next change point after ``t``, at most ``limit`` (the medium at ``t``)."""
+        _, _, horizon = self._rates()
+        return self._next_motion(t, min(horizon, limit))
+
+    def _open_clients(self) -> list[int]:
+        return self.slots.a["client"].tolist()
+
+    def _step(self, t: float, step: float) -> list[Reception]:
+        """One step of length ``step`` from ``t`` at the rates of ``t`` (see :mod:`.fluid`)."""
+        rate, sinr, _ = self._rates()
         count = self.active_count
         on = count > 0
         self._energy[on] += self._power()[on] / count[on] * step
@@ -452,8 +450,7 @@ class Medium(Interference):
         wake = min((s[0] for s in self.suspended), default=math.inf)
         if not len(self.slots):
             return wake
-        _, _, horizon = self._rates()
-        return self._next_motion(self.now, min(horizon, wake))
+        return self._horizon(self.now, wake)
 
     def clone(self) -> Medium:
         """A copy whose transmissions can advance without touching these (``twins`` maps
