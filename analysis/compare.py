@@ -21,7 +21,8 @@ import numpy as np
 import pandas as pd
 import tomllib
 
-from mecsim.analysis.scheduling import SCHEDULING_COLUMNS, render_scheduling, scheduling_measures
+from mecsim.analysis.costs import energy_breakdown, simulated_time
+from mecsim.analysis.scheduling import SCHEDULING_COLUMNS, scheduling_measures
 from mecsim.common.errors import MecsimError
 
 DEFAULT_BASELINE = "protocol.kind=compute_and_wait"
@@ -195,21 +196,64 @@ def idle_time_per_client(events: pd.DataFrame) -> float:
     return float(np.mean(idle))
 
 
-def match_baselines(runs: list[RunRecord], baseline: str = DEFAULT_BASELINE) -> list[int | None]:
+def baseline_setting(baseline: str) -> tuple[str, object]:
+    """``KEY=VALUE`` as the key and its value read as TOML, as ``--set`` reads it
+    (``protocol.relay=true`` is the boolean; a bare word is a string)."""
+    from mecsim.config.scenario import parse_override
+
+    return parse_override(baseline)
+
+
+def has_setting(run: RunRecord, key: str, value: object) -> bool:
+    """Whether ``run``'s ``key`` is ``value`` (TOML-equal, or equal as text: ``True``)."""
+    setting = run.settings.get(key)
+    if isinstance(setting, bool) != isinstance(value, bool):
+        return str(setting) == str(value)
+    return setting == value or str(setting) == str(value)
+
+
+def default_baseline(runs: list[RunRecord]) -> str | None:
+    """The baseline a comparison takes when none is given: compute-and-wait
+    (:data:`DEFAULT_BASELINE`) where some runs use it and some do not; else the first run's
+    value of the first swept setting (seeds aside: a relay-against-HierFAVG or a bandwidth
+    sweep is measured against its first point); None for runs that differ in seed alone."""
+    key, _, value = DEFAULT_BASELINE.partition("=")
+    kinds = {str(r.settings.get(key)) for r in runs}
+    if value in kinds and len(kinds) > 1:
+        return DEFAULT_BASELINE
+    swept = [k for k in varying_keys(runs) if k != "seed"]
+    if not swept:
+        return None
+    first = runs[0].settings.get(swept[0])
+    return f"{swept[0]}={_toml_text(first)}"
+
+
+def _toml_text(value: object) -> str:
+    """A value as TOML spells it (``true``, ``5``, ``"a b"``; a bare word unquoted)."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, str) and value.replace("_", "").replace("-", "").isalnum():
+        return value
+    return json.dumps(value)
+
+
+def match_baselines(
+    runs: list[RunRecord], baseline: str | None = DEFAULT_BASELINE
+) -> list[int | None]:
     """For each run, the index of its baseline run (None: none).
 
-    ``baseline`` is ``KEY=VALUE`` (default ``protocol.kind=compute_and_wait``):
-    a run's baseline is the first run with that value whose settings equal
-    the run's on every other key, except the keys of KEY's table (a
-    wait-free run's own protocol keys) and provenance/output keys. So a
-    seed-2 run is compared with the seed-2 baseline, a 5 MHz run with the
-    5 MHz one.
+    ``baseline`` is ``KEY=VALUE`` (the value read as TOML): a run's baseline is the first
+    run with that value whose settings equal the run's on every other key, except the
+    keys of KEY's table (a wait-free run's own protocol keys) and provenance/output keys.
+    So a seed-2 run is compared with the seed-2 baseline, a 5 MHz run with the 5 MHz one.
     """
-    key, _, value = baseline.partition("=")
+    if baseline is None:
+        return [None] * len(runs)
+    key, value = baseline_setting(baseline)
     table = (key.split(".")[0] + ".",)
     found: dict[tuple, int] = {}
     for index, run in enumerate(runs):
-        if str(run.settings.get(key)) == value:
+        if has_setting(run, key, value):
             found.setdefault(settings_signature(run, prefixes=table), index)
     return [found.get(settings_signature(run, prefixes=table)) for run in runs]
 
@@ -240,7 +284,13 @@ def comparison_columns(targets: list[float]) -> list[str]:
         for kind in ("pm", "gm")
         for t in targets
     ]
-    return per_target + list(RUN_COLUMNS) + list(COMMUNICATION_COLUMNS) + list(SCHEDULING_COLUMNS)
+    return [
+        *per_target,
+        *RUN_COLUMNS,
+        *COMMUNICATION_COLUMNS,
+        *SCHEDULING_COLUMNS,
+        *NEW_CLIENT_COLUMNS,
+    ]
 
 
 RUN_COLUMNS = (
@@ -249,11 +299,25 @@ RUN_COLUMNS = (
     "final_gm_acc",
     "idle_s_per_client",
     "energy_j",
+    "idle_energy_j",
+    "backhaul_energy_j",
     "bytes_up",
     "bytes_down",
     "bytes_backhaul",
     "handovers_per_round",
 )
+NEW_CLIENT_COLUMNS = (
+    "new_clients",
+    "new_client_acc",
+    "new_client_acc_std",
+    "new_client_accs",
+    "new_client_bytes_down",
+    "new_client_bytes_down_per_client",
+    "new_client_flops",
+    "new_client_flops_per_client",
+    "new_client_join_s",
+)
+"""The new clients' results (:mod:`mecsim.engine.newcomers`); see :mod:`.columns`."""
 COMMUNICATION_COLUMNS = (
     "best_pm_acc",
     "pm_acc_std",
@@ -272,10 +336,11 @@ COMMUNICATION_COLUMNS = (
 
 
 def compare_runs(
-    runs: list[RunRecord], targets: list[float], baseline: str = DEFAULT_BASELINE
+    runs: list[RunRecord], targets: list[float], baseline: str | None = DEFAULT_BASELINE
 ) -> pd.DataFrame:
     """One row per run: a column per swept setting, time to each target (personalized and
-    generic), speedups over the run's baseline (:func:`match_baselines`), costs."""
+    generic), speedups over the run's baseline (:func:`match_baselines`; None: none),
+    costs (:mod:`.columns` says what each column is)."""
     rows = []
     swept = varying_keys(runs)
     for run in runs:
@@ -284,13 +349,14 @@ def compare_runs(
         for target in targets:
             row[f"pm_time_{target:g}"] = time_to_target(run.rounds, "personal_acc", target)
             row[f"gm_time_{target:g}"] = time_to_target(run.rounds, "generic_acc", target)
-        row["sim_time_s"] = float(
-            run.rounds["t_personal" if "t_personal" in run.rounds else "t_end"].max()
-        )
+        row["sim_time_s"] = simulated_time(run.events, run.rounds)
         row["final_pm_acc"] = run.summary.get("final_personal_acc", math.nan)
         row["final_gm_acc"] = run.summary.get("final_generic_acc", math.nan)
         row["idle_s_per_client"] = idle_time_per_client(run.events)
-        row["energy_j"] = float(run.events["energy_j"].sum())
+        energy = energy_breakdown(run.events, run.rounds, run.clients)
+        row["energy_j"] = energy["total"]
+        row["idle_energy_j"] = energy["client_idle"]
+        row["backhaul_energy_j"] = energy["backhaul"]
         row["bytes_up"] = int(run.rounds["bytes_up"].sum())
         row["bytes_down"] = int(run.rounds["bytes_down"].sum())
         backhaul = run.events["role"] == "backhaul"  # edge <-> cloud (hierarchical runs)
@@ -299,6 +365,7 @@ def compare_runs(
         row["handovers_per_round"] = float(handovers) / max(len(run.rounds), 1)
         row.update(communication(run))
         row.update(scheduling_measures(run))
+        row.update(newcomer_measures(run.summary))
         rows.append(row)
     table = pd.DataFrame(rows)
     matched = match_baselines(runs, baseline)
@@ -329,6 +396,25 @@ def communication(run: RunRecord) -> dict[str, float]:
         "download_s_per_round": split.get("download", math.nan),
         "client_state_peak_bytes": s.get("client_state_peak_bytes", math.nan),
         "server_state_peak_bytes": s.get("server_state_peak_bytes", math.nan),
+    }
+
+
+def newcomer_measures(summary: dict) -> dict[str, object]:
+    """The new clients' columns (NaN, and 0 clients, where the run had none)."""
+    k = int(summary.get("new_clients", 0))
+    accs = summary.get("new_client_accs") or []
+    per = (lambda total: total / k) if k else (lambda total: math.nan)
+    nbytes, flops = summary.get("new_client_bytes_down", 0), summary.get("new_client_flops", 0)
+    return {
+        "new_clients": k,
+        "new_client_acc": summary.get("new_client_acc", math.nan),
+        "new_client_acc_std": summary.get("new_client_acc_std", math.nan),
+        "new_client_accs": ";".join(f"{a:.6g}" for a in accs),
+        "new_client_bytes_down": nbytes if k else math.nan,
+        "new_client_bytes_down_per_client": per(nbytes),
+        "new_client_flops": flops if k else math.nan,
+        "new_client_flops_per_client": per(flops),
+        "new_client_join_s": summary.get("new_client_join_s", math.nan),
     }
 
 
@@ -382,108 +468,3 @@ def aggregate_seeds(runs: list[RunRecord], table: pd.DataFrame) -> pd.DataFrame:
             row[f"{column}_ci95"] = float(t_half_width(values[:, None])[0])
         out.append(row)
     return pd.DataFrame(out)
-
-
-def render_seeds(seeds: pd.DataFrame, targets: list[float]) -> str:
-    """The variants' seed means with 95 % confidence half-widths, as Markdown."""
-    columns = [f"pm_time_{t:g}" for t in targets] + [f"pm_speedup_{t:g}" for t in targets]
-    columns += ["final_pm_acc", "energy_j", "bytes_up"]
-    header = ["variant", "n"] + columns
-    lines = [
-        "",
-        "## Seeds: mean ± 95 % confidence half-width (Student t)",
-        "",
-        "| " + " | ".join(header) + " |",
-        "|" + " --- |" * len(header),
-    ]
-    for _, r in seeds.iterrows():
-        cells = [str(r["variant"]), str(int(r["n"]))]
-        for c in columns:
-            mean, half = r.get(c, math.nan), r.get(f"{c}_ci95", math.nan)
-            cells.append(
-                "-"
-                if math.isnan(mean)
-                else f"{mean:.4g} ± {half:.2g}"
-                if not math.isnan(half)
-                else f"{mean:.4g}"
-            )
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
-
-
-def _fmt(value: object, digits: int = 2) -> str:
-    if isinstance(value, float):
-        return "-" if math.isnan(value) else f"{value:.{digits}f}"
-    return str(value)
-
-
-def render_markdown(table: pd.DataFrame, targets: list[float]) -> str:
-    """The comparison as Markdown: time-to-target and speedup table, then costs."""
-    lines = [
-        "# mecsim comparison",
-        "",
-        "Simulated seconds until the personalized-model accuracy (weighted local test) first reaches",
-        "each target, and the speedup over the run's baseline (by default the compute-and-wait run",
-        "with every other setting equal; Chen et al. 2023, Table 4). `-`: target not reached.",
-        "",
-    ]
-    header = ["run"] + [f"PM {t:.0%} (s)" for t in targets] + [f"speedup {t:.0%}" for t in targets]
-    header += ["final PM acc", "final GM acc"]
-    lines += ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
-    for _, r in table.iterrows():
-        cells = [r["run"]] + [_fmt(r[f"pm_time_{t:g}"]) for t in targets]
-        cells += [
-            (_fmt(r[f"pm_speedup_{t:g}"]) + "x") if not math.isnan(r[f"pm_speedup_{t:g}"]) else "-"
-            for t in targets
-        ]
-        cells += [_fmt(r["final_pm_acc"], 4), _fmt(r["final_gm_acc"], 4)]
-        lines.append("| " + " | ".join(cells) + " |")
-    lines += [
-        "",
-        "| run | total simulated s | idle s per client | energy J | MiB up | MiB down |",
-        "| --- | ---: | ---: | ---: | ---: | ---: |",
-    ]
-    for _, r in table.iterrows():
-        lines.append(
-            f"| {r['run']} | {r['sim_time_s']:.2f} | {r['idle_s_per_client']:.2f} | {r['energy_j']:.2f}"
-            f" | {r['bytes_up'] / 2**20:.2f} | {r['bytes_down'] / 2**20:.2f} |"
-        )
-    lines += [
-        "",
-        "## Accuracy and communication",
-        "",
-        "Bytes per direction (per round: the mean over rounds; total: every transfer, the",
-        "public split's one-time download included), seconds per round a client spends",
-        "uploading and downloading, and the largest state a client and the server kept.",
-        "",
-        "| run | best PM acc | PM std | best GM acc | MB up/round | MB down/round"
-        " | MB up total | MB down total | public MB | public s | up s/round | down s/round"
-        " | client state MB | server state MB |",
-        "|" + " --- |" + " ---: |" * 13,
-    ]
-    mb = 1e6
-    for _, r in table.iterrows():
-        cells = [
-            r["run"],
-            _fmt(r["best_pm_acc"], 4),
-            _fmt(r["pm_acc_std"], 4),
-            _fmt(r["best_gm_acc"], 4),
-            *(
-                _fmt(r[k] / mb, 3)
-                for k in (
-                    "bytes_up_per_round",
-                    "bytes_down_per_round",
-                    "bytes_up_total",
-                    "bytes_down_total",
-                    "public_bytes_down",
-                )
-            ),
-            _fmt(float(r["public_download_s"]), 3),
-            _fmt(r["upload_s_per_round"], 3),
-            _fmt(r["download_s_per_round"], 3),
-            _fmt(r["client_state_peak_bytes"] / mb, 3),
-            _fmt(r["server_state_peak_bytes"] / mb, 3),
-        ]
-        lines.append("| " + " | ".join(cells) + " |")
-    lines += render_scheduling(table)
-    return "\n".join(lines) + "\n"

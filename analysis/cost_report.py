@@ -5,8 +5,8 @@ tables (server memory from its summary, measured on the server state):
 
 * Table 5 - mean time per round: upload, download, client compute and
   server, in seconds and percent of their sum (:func:`~.costs.time_split`);
-* Table 6 - per round: MB up and down (all clients of the round; MB = 2^20
-  bytes, the paper's unit: 10 ResNet-18 uploads are its 426.54 MB), client
+* Table 6 - per round: MiB up and down (all clients of the round; MiB = 2^20
+  bytes, the unit the paper calls MB: 10 ResNet-18 uploads are its 426.54 MB), client
   and server GFLOPs; server peak state memory; best mean accuracy (the best
   round's personalized accuracy);
 * Fig. 8 - the mean number of leading layers each round's uploads carried,
@@ -53,7 +53,7 @@ def time_table(runs: Sequence[RunRecord]) -> pd.DataFrame:
 
 
 def cost_table(runs: Sequence[RunRecord]) -> pd.DataFrame:
-    """Table 6: per-round MB up/down, client/server GFLOPs (:func:`~.costs.summarize` of the
+    """Table 6: per-round MiB up/down, client/server GFLOPs (:func:`~.costs.summarize` of the
     run's tables); server memory; best accuracy."""
     rows = []
     for run in runs:
@@ -61,14 +61,14 @@ def cost_table(runs: Sequence[RunRecord]) -> pd.DataFrame:
         rows.append(
             {
                 "run": run.label,
-                "up_mb": s["bytes_up_per_round"] / MIB,
-                "down_mb": s["bytes_down_per_round"] / MIB,
-                "down_air_mb": s["bytes_down_air_per_round"] / MIB,
+                "up_mib": s["bytes_up_per_round"] / MIB,
+                "down_mib": s["bytes_down_per_round"] / MIB,
+                "down_air_mib": s["bytes_down_air_per_round"] / MIB,
                 "client_gflops": s["client_flops_per_round"] / 1e9,
                 "client_gmacs_paper": paper_client_macs(run) / 1e9,
                 "client_gmacs_samples": paper_client_macs(run, per="sample") / 1e9,
                 "server_gflops": s["server_flops_per_round"] / 1e9,
-                "server_memory_mb": run.summary.get("server_state_peak_bytes", math.nan) / MIB,
+                "server_memory_mib": run.summary.get("server_state_peak_bytes", math.nan) / MIB,
                 "final_mean_acc": s["final_personal_acc"],
                 "best_mean_acc": s["best_personal_acc"],
             }
@@ -135,23 +135,24 @@ def render(time: pd.DataFrame, cost: pd.DataFrame, layers: pd.DataFrame) -> str:
         "",
         "## Communication, computation and memory per round (KAPC Table 6)",
         "",
-        "MB = 2^20 bytes over all clients of a round. Client GFLOPs: mecsim's count (forward",
-        "and backward FLOPs run, a multiply-accumulate = 2); client GMACs (paper): KAPC's",
+        "MiB = 2^20 bytes (the paper's MB) over all clients of a round. Client GFLOPs:",
+        "mecsim's count (forward and backward FLOPs run, a multiply-accumulate = 2); client",
+        "GMACs (paper): KAPC's",
         "convention (pytorch-OpCounter on one sample, counted once per optimizer step);",
         "per sample: the same count once per trained sample.",
         "Accuracy: the personalized accuracy (evaluation.personal_mean) of the last and of",
         "the best round.",
         "",
-        "| run | up MB | down MB | client GFLOPs | client GMACs (paper) | per sample"
-        " | server GFLOPs | server memory MB | final acc | best acc |",
+        "| run | up MiB | down MiB | client GFLOPs | client GMACs (paper) | per sample"
+        " | server GFLOPs | server memory MiB | final acc | best acc |",
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for _, r in cost.iterrows():
         lines.append(
-            f"| {r['run']} | {r['up_mb']:.3f} | {r['down_mb']:.3f} | {r['client_gflops']:.4f}"
+            f"| {r['run']} | {r['up_mib']:.3f} | {r['down_mib']:.3f} | {r['client_gflops']:.4f}"
             f" | {r['client_gmacs_paper']:.4f} | {r['client_gmacs_samples']:.4f}"
             f" | {r['server_gflops']:.6f}"
-            f" | {r['server_memory_mb']:.3f} | {r['final_mean_acc']:.4f}"
+            f" | {r['server_memory_mib']:.3f} | {r['final_mean_acc']:.4f}"
             f" | {r['best_mean_acc']:.4f} |"
         )
     if not layers.empty:

@@ -112,30 +112,28 @@ def idle_seconds(events: pd.DataFrame, rounds: pd.DataFrame) -> pd.Series:
     return per_client.astype(float).sort_index()
 
 
-def summarize(
+def simulated_time(events: pd.DataFrame, rounds: pd.DataFrame) -> float:
+    """Seconds from the start to the end of the run's last round: the later of the rounds'
+    ends (personal models' completion included) and the last event of a round (a backhaul
+    transfer, training after a wait-free round closed). The new clients' join, after the
+    last round (``new_client_join_s``), is not part of it."""
+    if rounds.empty:
+        return 0.0
+    ends = [rounds["t_end"].max(), rounds.get("t_personal", pd.Series(dtype=float)).max()]
+    ends.append(events.loc[events["round"] <= rounds["round"].max(), "t_end"].max())
+    return float(np.nanmax(np.array(ends, dtype=float)))
+
+
+def energy_breakdown(
     events: pd.DataFrame, rounds: pd.DataFrame, clients: pd.DataFrame | None = None
-) -> dict[str, Any]:
-    """Totals and per-round means of time, bytes, FLOPs and energy, and final accuracies.
-
-    Every figure is derived from the events table (idle energy: the clients
-    table's ``idle_power_w`` times :func:`idle_seconds`). Byte totals include
-    transfers outside the rounds (the public split's download, round -1).
-    """
-    num_rounds = len(rounds)
-    of_client = events["client"] >= 0  # masks, not row copies: tables may hold millions of rows
-    energy_j, flops = events["energy_j"], events["flops"]
-    split = time_split(events)
-    split_total = sum(split.values())
-    durations = rounds["t_end"] - rounds["t_start"]
-
-    def last_valid(column: str) -> float:
-        values = rounds[column].dropna()
-        return float(values.iloc[-1]) if len(values) else math.nan
-
-    def best(column: str) -> float:
-        values = rounds[column].dropna()
-        return float(values.max()) if len(values) else math.nan
-
+) -> dict[str, float]:
+    """Joules by consumer over the whole run, and their total: the events' energy plus the
+    clients' idle energy (``idle_power_w`` times :func:`idle_seconds`; 0 without a clients
+    table). ``server`` is its transmissions and aggregations, ``backhaul`` the edge-cloud
+    links (hierarchical runs)."""
+    of_client = events["client"] >= 0
+    energy_j = events["energy_j"]
+    backhaul = (events["role"] == "backhaul").to_numpy()
     idle_j = 0.0
     if clients is not None and "idle_power_w" in clients:
         power = clients.set_index("client")["idle_power_w"]
@@ -148,9 +146,38 @@ def summarize(
         "client_transmit": float(energy_j[of_client & (events["direction"] == "up")].sum()),
         "client_receive": float(energy_j[of_client & (events["direction"] == "down")].sum()),
         "client_idle": idle_j,
-        "server": float(energy_j[~of_client].sum()),
+        "server": float(energy_j[~of_client & ~backhaul].sum()),
+        "backhaul": float(energy_j[backhaul].sum()),
     }
-    energy["total"] = float(events["energy_j"].sum()) + idle_j
+    energy["total"] = float(energy_j.sum()) + idle_j
+    return energy
+
+
+def summarize(
+    events: pd.DataFrame, rounds: pd.DataFrame, clients: pd.DataFrame | None = None
+) -> dict[str, Any]:
+    """Totals and per-round means of time, bytes, FLOPs and energy, and final accuracies.
+
+    Every figure is derived from the events table (idle energy: the clients
+    table's ``idle_power_w`` times :func:`idle_seconds`). Byte totals include
+    transfers outside the rounds (the public split's download, round -1).
+    """
+    num_rounds = len(rounds)
+    of_client = events["client"] >= 0  # masks, not row copies: tables may hold millions of rows
+    flops = events["flops"]
+    split = time_split(events)
+    split_total = sum(split.values())
+    durations = rounds["t_end"] - rounds["t_start"]
+
+    def last_valid(column: str) -> float:
+        values = rounds[column].dropna()
+        return float(values.iloc[-1]) if len(values) else math.nan
+
+    def best(column: str) -> float:
+        values = rounds[column].dropna()
+        return float(values.max()) if len(values) else math.nan
+
+    energy = energy_breakdown(events, rounds, clients)
     public = events.loc[events["phase"] == "download:public", ["bytes", "t_start", "t_end"]]
     peaks = (
         clients["state_peak_bytes"]
@@ -160,7 +187,7 @@ def summarize(
     return {
         "rounds": num_rounds,
         "rounds_without_updates": int((rounds["updates"] == 0).sum()) if "updates" in rounds else 0,
-        "sim_time_s": float(rounds["t_end"].iloc[-1]) if num_rounds else 0.0,
+        "sim_time_s": simulated_time(events, rounds),
         "wall_time_s": float(rounds["wall_s"].sum()),
         "mean_round_s": float(durations.mean()) if num_rounds else 0.0,
         "final_generic_acc": last_valid("generic_acc"),

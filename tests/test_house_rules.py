@@ -20,7 +20,6 @@ EXCEPTIONS = {
     "mecsim/commands/comparison.py:compare": "a straight sequence: read runs, tabulate, write each output",
     "analysis/costs.py:summarize": "one summary entry per line, each from the events table",
     "analysis/gantt.py:plot_gantt": "drawing calls of one figure",
-    "analysis/compare.py:render_markdown": "lines of one Markdown document",
     "analysis/figures.py:plot_curves": "drawing calls of one figure",
     "analysis/report.py:render_report": "lines of one HTML document",
     "mecsim/learning/training.py:predict_many": "the stacked forward and its fallbacks, one path",

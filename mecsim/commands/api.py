@@ -67,13 +67,12 @@ def compare(
     overwrite: bool = False,
 ) -> pd.DataFrame:
     """Compare finished runs (``mecsim compare``): one row per run with time to each
-    target, speedups over each run's ``baseline`` (``KEY=VALUE``), bytes and energy. The
-    comparison files are written to ``out`` when given (replacing ones mecsim wrote there
-    with ``overwrite``)."""
-    from mecsim.analysis.compare import DEFAULT_BASELINE
+    target, speedups over each run's ``baseline`` (``KEY=VALUE``; None: see
+    :func:`~mecsim.analysis.compare.default_baseline`), bytes and energy. The comparison
+    files are written to ``out`` when given (replacing ones mecsim wrote there with
+    ``overwrite``)."""
     from mecsim.commands.comparison import compare as compare_dirs
 
-    baseline = baseline or DEFAULT_BASELINE
     if out is not None:
         return compare_dirs(list(run_dirs), list(targets), out, overwrite, baseline)
     with tempfile.TemporaryDirectory() as tmp:

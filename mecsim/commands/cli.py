@@ -375,7 +375,7 @@ def _check_compare_options(args: argparse.Namespace, runs: list[Path]):
     """Refuse contradictory ``compare`` options; return the Ray cluster ``--ray`` names."""
     from mecsim.common.errors import ConfigError
 
-    if "=" not in args.baseline:
+    if args.baseline is not None and "=" not in args.baseline:
         raise ConfigError(
             "--baseline", f"{args.baseline!r}: give KEY=VALUE, e.g. protocol.kind=compute_and_wait"
         )

@@ -7,7 +7,8 @@ intervals), ``curves`` (accuracy against simulated time, a band over seeds),
 ``gantt`` (the slowest clients of chosen rounds), ``metric`` (a column
 against a swept setting) and ``report.html``. ``report`` writes KAPC's cost
 tables (``report.md``, ``time.csv``, ``cost.csv``, ``layers.csv``,
-``layers.png``) and ``report.html``. Both write one directory, atomically.
+``layers.png``), the runs' totals (``totals.csv``: ``compare.csv``'s columns; time,
+energy, bytes, backhaul, handovers and new clients in ``report.md``) and ``report.html``. Both write one directory, atomically.
 """
 
 from __future__ import annotations
@@ -22,16 +23,18 @@ from typing import Any
 import pandas as pd
 
 from mecsim.analysis.compare import (
-    DEFAULT_BASELINE,
+    RunRecord,
     aggregate_seeds,
+    baseline_setting,
     compare_runs,
+    default_baseline,
     distinguish,
+    has_setting,
     load_run,
-    render_markdown,
-    render_seeds,
     variant_groups,
     varying_keys,
 )
+from mecsim.analysis.compare_markdown import render_markdown, render_seeds
 from mecsim.analysis.html_report import render_html
 from mecsim.common.errors import ConfigError
 from mecsim.runs.output import atomic_directory, write_file
@@ -60,6 +63,11 @@ def layer_bytes(settings: dict[str, Any]) -> list[int] | None:
 def report(run_dirs: Sequence[str | Path], out: str | Path, overwrite: bool = False) -> str:
     """KAPC's cost tables (Tables 5 and 6, Fig. 8) across runs, written into ``out``;
     returns the Markdown."""
+    from mecsim.analysis.compare_markdown import (
+        costs_section,
+        edges_section,
+        new_clients_section,
+    )
     from mecsim.analysis.cost_report import (
         cost_table,
         plot_layers,
@@ -71,6 +79,7 @@ def report(run_dirs: Sequence[str | Path], out: str | Path, overwrite: bool = Fa
     records = [load_run(d) for d in run_dirs]
     distinguish(records)
     time, cost = time_table(records), cost_table(records)
+    totals = compare_runs(records, [], None)
     depths = {}
     for record in records:
         sizes = layer_bytes(record.settings)
@@ -81,10 +90,13 @@ def report(run_dirs: Sequence[str | Path], out: str | Path, overwrite: bool = Fa
     layers = pd.DataFrame(depths)
     layers.index.name = "round"
     markdown = render(time, cost, layers)
+    for section in (costs_section, edges_section, new_clients_section):
+        markdown += "\n".join(section(totals)) + "\n"
     with atomic_directory(Path(out), overwrite=overwrite) as tmp:
         write_file(tmp / "report.md", lambda p: p.write_text(markdown))
         write_file(tmp / "time.csv", lambda p: time.to_csv(p, index=False))
         write_file(tmp / "cost.csv", lambda p: cost.to_csv(p, index=False))
+        write_file(tmp / "totals.csv", lambda p: totals.to_csv(p, index=False))
         shown = []
         if not layers.empty:
             write_file(tmp / "layers.csv", lambda p: layers.to_csv(p))
@@ -100,22 +112,41 @@ def report(run_dirs: Sequence[str | Path], out: str | Path, overwrite: bool = Fa
     return markdown
 
 
-def check_baseline(records: Sequence[Any], baseline: str) -> None:
+def check_baseline(records: Sequence[RunRecord], baseline: str) -> None:
     """Refuse a ``--baseline KEY=VALUE`` that names no setting of the runs, or a value no
     run has, naming the choices (else every speedup would silently be NaN)."""
-    key, _, value = baseline.partition("=")
+    key, value = baseline_setting(baseline)
     present = {str(r.settings[key]) for r in records if key in r.settings}
     if not present:
-        choices = varying_keys(records) or sorted({k for r in records for k in r.settings})[:12]
+        choices = (
+            varying_keys(list(records)) or sorted({k for r in records for k in r.settings})[:12]
+        )
         raise ConfigError(
             "--baseline",
             f"{key!r} is no setting of these runs; choose one of: {', '.join(choices)}",
         )
-    if value not in present:
+    if not any(has_setting(r, key, value) for r in records):
         raise ConfigError(
             "--baseline",
             f"no run has {key} = {value!r}; the runs have {', '.join(sorted(present))}",
         )
+
+
+def resolve_baseline(records: Sequence[RunRecord], baseline: str | None) -> str | None:
+    """The baseline a comparison uses: ``baseline`` checked (:func:`check_baseline`), or
+    when None the default (:func:`~mecsim.analysis.compare.default_baseline`), said in a
+    line."""
+    if baseline is not None:
+        check_baseline(records, baseline)
+        return baseline
+    chosen = default_baseline(list(records))
+    if chosen is None:
+        log.info(
+            "no speedups: no setting but the seed tells the runs apart (--baseline KEY=VALUE sets one)"
+        )
+    else:
+        log.info("speedups over %s, every other setting equal (--baseline picks another)", chosen)
+    return chosen
 
 
 @dataclass
@@ -160,19 +191,19 @@ def compare(
     targets: Sequence[float],
     out: str | Path,
     overwrite: bool = False,
-    baseline: str = DEFAULT_BASELINE,
+    baseline: str | None = None,
     figures: Figures | None = None,
 ) -> pd.DataFrame:
     """Compare finished runs and write the comparison files into ``out``; speedups are over
-    each run's ``baseline`` (``KEY=VALUE``, every other setting equal)."""
+    each run's ``baseline`` (``KEY=VALUE``, every other setting equal; None: the default,
+    :func:`resolve_baseline`)."""
     from mecsim.analysis.figures import plot_curves, plot_metric
     from mecsim.analysis.gantt import plot_gantt
 
     figures = figures or Figures()
     records = [load_run(d) for d in run_dirs]
     distinguish(records)
-    if baseline != DEFAULT_BASELINE:
-        check_baseline(records, baseline)
+    baseline = resolve_baseline(records, baseline)
     table = compare_runs(records, list(targets), baseline)
     if figures.x is not None:
         check_figures(
@@ -184,7 +215,7 @@ def compare(
             raise ConfigError("--x", f"{figures.x} is not numeric; plot a numeric setting")
     seeds = aggregate_seeds(records, table)
     groups = variant_groups(records)
-    markdown = render_markdown(table, list(targets))
+    markdown = render_markdown(table, list(targets), baseline)
     if (seeds["n"] > 1).any():
         markdown += render_seeds(seeds, list(targets))
     with atomic_directory(Path(out), overwrite=overwrite) as tmp:

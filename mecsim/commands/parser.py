@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import sys
+from typing import NoReturn
 
 LISTABLE = (
     "algorithms",
@@ -54,6 +56,16 @@ def _ints(text: str) -> list[int]:
     return out
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse's parser with the mistake in one line (``mecsim compare: error: the following
+    arguments are required: --out``) and where the options are, not a wall of usage with
+    the error at its foot."""
+
+    def error(self, message: str) -> NoReturn:
+        sys.stderr.write(f"{self.prog}: error: {message} ({self.prog} -h lists the options)\n")
+        sys.exit(2)
+
+
 Parents = tuple[argparse.ArgumentParser, argparse.ArgumentParser, argparse.ArgumentParser]
 """Options several commands share: ``--import``, ``--set``, ``--device``."""
 
@@ -62,7 +74,7 @@ def build_parser(description: str | None = None) -> argparse.ArgumentParser:
     """The ``mecsim`` parser (``description``: the text above the command list)."""
     import mecsim
 
-    parser = argparse.ArgumentParser(prog="mecsim", description=description)
+    parser = Parser(prog="mecsim", description=description)
     parser.add_argument("--version", action="version", version=f"mecsim {mecsim.__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
     shared = _shared_options()
@@ -195,10 +207,11 @@ def _add_compare_outputs(cmp: argparse.ArgumentParser) -> None:
     )
     cmp.add_argument(
         "--baseline",
-        default="protocol.kind=compute_and_wait",
+        default=None,
         metavar="KEY=VALUE",
-        help="speedups are over the run with this setting and every other one equal "
-        "(default: protocol.kind=compute_and_wait)",
+        help="speedups are over the run with this setting (VALUE read as TOML, as --set reads "
+        "it) and every other one equal (default: protocol.kind=compute_and_wait where some "
+        "runs use it, else the first run's value of the first swept setting)",
     )
     cmp.add_argument(
         "--x", metavar="KEY", help="plot --y against this swept numeric setting (metric.png)"

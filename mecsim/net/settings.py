@@ -156,7 +156,10 @@ class MobilityConfig(Section):
         "smallest rectangle holding the cells and the clients' starting positions)",
     )
     memory: float = Field(
-        default=0.75, ge=0, le=1, description="gauss_markov: memory a (0 random walk, 1 straight)"
+        default=0.75,
+        ge=0,
+        le=1,
+        description="gauss_markov: memory a, dimensionless (0 random walk, 1 straight)",
     )
     step_s: float = Field(
         default=1.0, ge=0.01, le=1e6, description="gauss_markov: seconds between updates of "
@@ -222,7 +225,9 @@ class NetworkConfig(Section):
     reference_m: float = Field(
         default=1.0, gt=0, le=1e4, description="reference distance of the path-loss model, m"
     )
-    exponent: float = Field(default=4.0, gt=0, le=10, description="path-loss exponent")
+    exponent: float = Field(
+        default=4.0, gt=0, le=10, description="path-loss exponent (dimensionless)"
+    )
     noise_psd_dbm_hz: float = Field(
         default=-174.0, ge=-230, le=-100, description="thermal noise PSD, dBm/Hz"
     )

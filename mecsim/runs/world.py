@@ -26,6 +26,7 @@ from mecsim.common.registry import Registry
 from mecsim.common.rng import derive_seed, numpy_rng
 from mecsim.config.client_table import out_of_range, range_text, read_client_table
 from mecsim.config.ineffective import ineffective_settings
+from mecsim.config.plausibility import implausible_settings
 from mecsim.config.scenario import ClientsConfig, DataConfig, ModelConfig, Scenario
 from mecsim.engine.evaluation import CurveEvaluator, Evaluator
 from mecsim.engine.faults import Faults
@@ -440,10 +441,10 @@ class Setup:
 def build_world(sc: Scenario, torch_device: torch.device) -> World:
     """Build clients, links, data, partition, models and algorithm; every check that can
     refuse a scenario runs here, before any work (``validate`` calls this too)."""
-    for line in ineffective_settings(sc):
-        logging.getLogger("mecsim").warning("warning: %s", line)
     cost_only = sc.execution.cost_only
     clients, network = build_links(sc)
+    for line in [*ineffective_settings(sc), *implausible_settings(sc, clients)]:
+        logging.getLogger("mecsim").warning("warning: %s", line)
     faults = Faults(sc.faults, len(clients), sc.seed)  # reads and checks the trace
     data = build_data(sc, torch_device)
     num_train = [i.shape[0] for i in data.train]

@@ -209,7 +209,7 @@ def test_report_writes_kapcs_tables_across_runs(tiny, tmp_path, capsys):
     cost = pd.read_csv(tmp_path / "report" / "cost.csv").set_index("run")
     rounds = pd.read_csv(tmp_path / "kapc" / "rounds.csv")
     kapc = cost.loc["kapc / compute_and_wait"]
-    assert kapc["up_mb"] == pytest.approx(rounds["bytes_up"].mean() / 2**20)
+    assert kapc["up_mib"] == pytest.approx(rounds["bytes_up"].mean() / 2**20)
     assert kapc["best_mean_acc"] == pytest.approx(rounds["personal_acc"].max())
     assert kapc["final_mean_acc"] == pytest.approx(rounds["personal_acc"].iloc[-1])
     clients = pd.read_csv(tmp_path / "kapc" / "clients.csv")
@@ -225,7 +225,7 @@ def test_report_writes_kapcs_tables_across_runs(tiny, tmp_path, capsys):
     # mecsim's count: forward (2 FLOPs a MAC) and backward (about twice the forward; the
     # first conv computes no input gradient), plus KAPC's proximal term
     assert 4 < kapc["client_gflops"] / kapc["client_gmacs_samples"] < 7
-    assert cost.loc["kapc_bls / compute_and_wait", "up_mb"] < kapc["up_mb"]
+    assert cost.loc["kapc_bls / compute_and_wait", "up_mib"] < kapc["up_mib"]
     layers = pd.read_csv(tmp_path / "report" / "layers.csv", index_col="round")
     assert (layers["kapc / compute_and_wait"] == len(LAYERS)).all()
     assert layers["kapc_bls / compute_and_wait"].max() < len(LAYERS)

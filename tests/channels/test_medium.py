@@ -36,7 +36,9 @@ def engine(request) -> type[Medium]:
     return request.param
 
 
-def uplink_medium(engine: type[Medium], reuse: int = 1) -> tuple[Medium, dict[int, SharedTransmitter]]:
+def uplink_medium(
+    engine: type[Medium], reuse: int = 1
+) -> tuple[Medium, dict[int, SharedTransmitter]]:
     def receiver(site: Site, reception: Reception) -> tuple[float, float]:
         return BS[site.cell]
 

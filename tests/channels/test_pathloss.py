@@ -49,4 +49,6 @@ def test_gain_of_squared_distances_is_the_gain_at_their_roots(exponent):
     got = pathloss.gain_of_squared(squared)
     assert np.allclose(got, pathloss.gain(np.sqrt(squared)), rtol=1e-14, atol=0.0)
     assert np.array_equal(squared, before)  # computed in a new array, the input untouched
-    assert float(pathloss.gain_of_squared(np.array(16.0))) == pytest.approx(pathloss.gain(4.0), rel=1e-14)
+    assert float(pathloss.gain_of_squared(np.array(16.0))) == pytest.approx(
+        pathloss.gain(4.0), rel=1e-14
+    )

@@ -8,7 +8,8 @@ import pandas as pd
 import pytest
 
 import mecsim
-from mecsim.analysis.compare import compare_runs, distinguish, load_run, render_markdown
+from mecsim.analysis.compare import compare_runs, distinguish, load_run
+from mecsim.analysis.compare_markdown import render_markdown
 from mecsim.commands.comparison import compare
 
 
@@ -53,7 +54,7 @@ def test_comparison_reports_bytes_per_direction_and_the_public_download(two_band
     assert slow == pytest.approx(8 * row["public_bytes_down"] / 4 / 1e6)  # 1 Mbit/s, per client
     markdown = render_markdown(table, [0.5])
     assert "## Accuracy and communication" in markdown
-    assert f"{row['public_bytes_down'] / 1e6:.3f}" in markdown
+    assert f"{row['public_bytes_down'] / 2**20:.3f}" in markdown  # MiB, as everywhere
 
 
 def test_labels_stay_short_when_they_already_differ(two_bandwidths):

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from mecsim.commands.cli import main
 
 QUICKSTART = str(Path(__file__).parents[2] / "scenarios" / "quickstart.toml")
@@ -67,3 +69,14 @@ def test_report_without_out_writes_its_html_and_plots_beside_the_first_run(
     assert main(["report", str(run)]) == 0  # the next one takes the next free name
     assert (tmp_path / "run-report-2" / "report.html").is_file()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run", "run-report", "run-report-2"]
+
+
+def test_a_missing_option_is_named_first_not_under_a_wall_of_usage(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["compare", str(tmp_path)])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        "mecsim compare: error: the following arguments are required: --out "
+        "(mecsim compare -h lists the options)"
+    ]

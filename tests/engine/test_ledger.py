@@ -4,6 +4,7 @@ off what is still under way with what it really used, and the invariant checker
 
 from __future__ import annotations
 
+import copy
 import math
 from pathlib import Path
 
@@ -351,6 +352,20 @@ def test_every_shipped_scenario_keeps_the_ledger_consistent(path):
     assert not failures(check_result(result) + check_replay(result))
 
 
+MOVING_CELLS = [
+    "network.cells=[{x_m=0, y_m=0}, {x_m=600, y_m=0}, {x_m=1200, y_m=0}]",
+    'clients.x_m={dist="uniform", low=-100, high=1300}',
+    'clients.y_m={dist="uniform", low=-50, high=50}',
+    "clients.count=8",
+    'clients.mobility.model="random_waypoint"',
+    "clients.mobility.speed_mps=[150, 250]",  # fast enough to hand over in three rounds
+    "network.handover_time_to_trigger_s=0.02",
+    "algorithm.steps=2",
+    "protocol.rounds=3",
+]
+"""Three cells and clients driving through them: handovers within a short run."""
+
+
 def documented_phases() -> list[str]:
     """The phase patterns of README.md's phase table (``<task>`` stands for a name)."""
     import re
@@ -361,7 +376,7 @@ def documented_phases() -> list[str]:
     return [p for cell in first_cells for p in re.findall(r"`([^`]+)`", cell)]
 
 
-def test_every_phase_a_run_emits_is_documented_in_the_readme():
+def test_every_phase_a_run_emits_is_documented_in_the_readme(tiny):
     import re
 
     patterns = [
@@ -382,8 +397,17 @@ def test_every_phase_a_run_emits_is_documented_in_the_readme():
             + ["network.uplink.total_bandwidth_mhz=30"],
             write=False,
         ),
+        *(
+            mecsim.run(copy.deepcopy(tiny), [*COST_ONLY, *MOVING_CELLS, *extra], write=False)
+            for extra in (
+                ["protocol.kind=hierarchical", "protocol.edge_rounds=2"],
+                ['network.downlink.mode="unicast"'],
+            )
+        ),
     ]
     emitted = {p for r in runs for p in r.events["phase"].unique()}
     assert {"download:public", "wait:spectrum", "fault:dropout", "download:cutoff"} <= emitted
+    edges = {"backhaul", "aggregate:cloud", "handover", "downlink-send:handover"}
+    assert edges | {"handover:cutoff"} <= emitted  # multi-cell, moving, hierarchical
     undocumented = sorted(p for p in emitted if not any(rx.match(p) for rx in patterns))
     assert not undocumented
