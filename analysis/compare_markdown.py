@@ -205,13 +205,17 @@ def new_clients_section(table: pd.DataFrame) -> list[str]:
     return lines + markdown_table(table, cells)
 
 
-def render_markdown(table: pd.DataFrame, targets: list[float], baseline: str | None = None) -> str:
+def render_markdown(
+    table: pd.DataFrame, targets: list[float], baseline: str | None = None, columns: bool = True
+) -> str:
     """The comparison as Markdown: time to target and speedups (over ``baseline``), costs,
-    edges, communication, scheduling, new clients, and what each column means."""
+    edges, communication, scheduling, new clients, and (``columns``) what each column
+    means."""
     lines = _targets(table, targets, baseline)
     for section in (costs_section, edges_section, communication_section):
         lines += section(table)
     lines += render_scheduling(table)
     lines += new_clients_section(table)
-    lines += glossary(list(table.columns))
+    if columns:
+        lines += glossary(list(table.columns))
     return "\n".join(lines) + "\n"

@@ -170,19 +170,20 @@ def render(time: pd.DataFrame, cost: pd.DataFrame, layers: pd.DataFrame) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot_layers(layers: pd.DataFrame, path: Path) -> None:
-    """Mean uploaded layers against the round, one line per run (Fig. 8)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
+def plot_layers(layers: pd.DataFrame, path: Path, write=None) -> list[Path]:
+    """Mean uploaded layers against the round, one line per run (Fig. 8), each drawn in
+    its own dashes and markers: runs whose depths coincide stay visible (``write``: see
+    :func:`~.plots.save_figure`)."""
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    for run, series in layers.items():
-        ax.plot(series.index, series.values, label=run)
+    from mecsim.analysis.plots import legend_labels, line_style, save_figure
+
+    fig, ax = plt.subplots(figsize=(6, 3.8), layout="constrained")
+    for index, (run, series) in enumerate(layers.items()):
+        ax.plot(series.index, series.values, label=legend_labels([str(run)], 6)[0],
+                **line_style(index, len(series)))  # fmt: skip
     ax.set_xlabel("round")
     ax.set_ylabel("mean uploaded layers")
-    ax.legend(fontsize="small")
-    fig.tight_layout()
-    fig.savefig(path, format="png", dpi=120)
-    plt.close(fig)
+    ax.xaxis.get_major_locator().set_params(integer=True)
+    fig.legend(fontsize=7, loc="outside lower center", ncol=1, frameon=False)
+    return save_figure(fig, path, ("png",), dpi=120, write=write)

@@ -16,20 +16,16 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from mecsim.analysis.compare import t_half_width  # noqa: E402
+from mecsim.analysis.plots import (  # noqa: E402
+    bounds,
+    legend_columns,
+    legend_labels,
+    line_style,
+    save_figure,
+    wrapped,
+)
 
 FORMATS = ("png", "svg", "pdf")
-DPI = 200
-
-
-def save_figure(fig, path: Path, formats: Sequence[str] = ("png",)) -> list[Path]:
-    """Save ``fig`` as ``path`` with each suffix in ``formats``; close it; return the files."""
-    written = []
-    for fmt in formats:
-        target = path.with_suffix(f".{fmt}")
-        fig.savefig(target, format=fmt, dpi=DPI)
-        written.append(target)
-    plt.close(fig)
-    return written
 
 
 def step_at(times: np.ndarray, values: np.ndarray, grid: np.ndarray) -> np.ndarray:
@@ -70,8 +66,9 @@ def plot_curves(
         if any(len(_curve(r, column)[0]) for _, seeds in variants for r in seeds)
     ] or [PANELS[0]]
     fig, axes = plt.subplots(
-        1, len(panels), figsize=(6.5 * len(panels), 4.5), squeeze=False, sharey=True
-    )
+        1, len(panels), figsize=(6.5 * len(panels), 4.5), squeeze=False, sharey=True,
+        layout="constrained",
+    )  # fmt: skip
     for ax, (column, title) in zip(axes[0], panels, strict=True):
         for index, (label, seeds) in enumerate(variants):
             guess = index < len(assumed) and assumed[index]
@@ -88,12 +85,13 @@ def plot_curves(
             (line,) = ax.plot(
                 grid,
                 mean,
-                "--" if guess else "-",
+                **line_style(index, len(grid)),
                 label=f"{label} (n={len(curves)}{', assumed accuracy' if guess else ''})",
             )
-            if len(curves) > 1:
+            if len(curves) > 1:  # the band within accuracy's range
                 half = t_half_width(stacked)
-                ax.fill_between(grid, mean - half, mean + half, color=line.get_color(), alpha=0.2)
+                low, high = np.clip(mean - half, 0, 1), np.clip(mean + half, 0, 1)
+                ax.fill_between(grid, low, high, color=line.get_color(), alpha=0.2)
         for target in targets:
             ax.axhline(target, color="0.4", linestyle=":", linewidth=1)
             ax.annotate(
@@ -110,13 +108,11 @@ def plot_curves(
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("accuracy (mean over seeds, 95 % band)")
     handles, labels = axes[0][0].get_legend_handles_labels()
-    if handles:
-        fig.legend(
-            handles, labels, fontsize=8, loc="lower center", ncol=min(3, len(labels)), frameon=False
-        )
-        fig.tight_layout(rect=(0, 0.06 * math.ceil(len(labels) / 3), 1, 1))
-    else:
-        fig.tight_layout()
+    if handles:  # below the panels, where the layout engine makes room for it
+        labels = legend_labels(labels, fig.get_figwidth())
+        ncol = legend_columns(labels, fig.get_figwidth())
+        fig.legend(handles, labels, fontsize=8, loc="outside lower center", ncol=ncol,
+                   frameon=False)  # fmt: skip
     return save_figure(fig, path, formats)
 
 
@@ -137,23 +133,29 @@ def plot_metric(
         for c in settings
         if c not in (x, "seed", "algorithm.name", "protocol.kind") and c in table
     ]
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for key, group in table.groupby(others, sort=False, dropna=False) if others else [((), table)]:
+    fig, ax = plt.subplots(figsize=(7, 4.5), layout="constrained")
+    lo, hi = bounds(y)
+    groups = table.groupby(others, sort=False, dropna=False) if others else [((), table)]
+    for index, (key, group) in enumerate(groups):
         key = key if isinstance(key, tuple) else (key,)
         stats = group.groupby(x)[y].agg(list).sort_index()
         xs = stats.index.to_numpy(float)
         values = [np.asarray(v, dtype=float) for v in stats]
         means = np.array([np.nanmean(v) if np.isfinite(v).any() else math.nan for v in values])
         halves = np.nan_to_num([t_half_width(v[:, None])[0] for v in values])
+        # each bar within the quantity's range: no time below zero, no accuracy above one
+        below, above = np.minimum(halves, means - lo), np.minimum(halves, hi - means)
         label = " / ".join(str(k) for k in key[:2])
         extra = ", ".join(f"{c}={v}" for c, v in zip(others[2:], key[2:], strict=True))
+        style = line_style(index)
         ax.errorbar(
             xs,
             means,
-            yerr=halves,
-            marker="o",
+            yerr=np.nan_to_num(np.vstack([below, above])),
+            linestyle=style["linestyle"],
+            marker=style["marker"],
             capsize=3,
-            label=f"{label} ({extra})" if extra else label,
+            label=legend_labels([f"{label} ({extra})" if extra else label], 7)[0],
         )
     ax.set_xlabel(x)
     ax.set_ylabel(y)
@@ -163,8 +165,9 @@ def plot_metric(
         and table[x].max() / table[x].min() >= 10
     ):
         ax.set_xscale("log")
-    ax.set_title(f"{y} against {x} (mean over seeds, 95 % confidence)", fontsize=10)
+    ax.set_title(wrapped(f"{y} against {x} (mean over seeds, 95 % confidence)", 70), fontsize=10)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
+    labels = ax.get_legend_handles_labels()[1]
+    ncol = legend_columns(labels, fig.get_figwidth())
+    fig.legend(fontsize=8, loc="outside lower center", ncol=ncol, frameon=False)
     return save_figure(fig, path, formats)

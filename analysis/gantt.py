@@ -20,7 +20,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 
-from mecsim.analysis.figures import save_figure  # noqa: E402
+from mecsim.analysis.plots import save_figure, wrapped  # noqa: E402
 
 COLORS = {
     "download": "#4c72b0",
@@ -78,8 +78,9 @@ def plot_gantt(
     ]
     lanes = max((len(c) for c in chosen), default=1) or 1
     fig, axes = plt.subplots(
-        len(runs), 1, figsize=(10, 1.0 + 0.6 * lanes * len(runs)), squeeze=False, sharex=True
-    )
+        len(runs), 1, figsize=(10, 1.4 + 0.6 * lanes * len(runs)), squeeze=False, sharex=True,
+        layout="constrained",
+    )  # fmt: skip
     for ax, (label, events, table), shown in zip(axes[:, 0], runs, chosen, strict=True):
         window = events[events["round"].isin(list(rounds))]
         in_rounds = table[table["round"].isin(list(rounds))]
@@ -113,7 +114,7 @@ def plot_gantt(
             )
         ax.set_yticks(range(len(shown)), [f"client {c}" for c in shown], fontsize=8)
         ax.set_ylim(len(shown) - 0.5, -0.5)
-        ax.set_title(label, fontsize=9, loc="left", pad=12)
+        ax.set_title(wrapped(label, 110), fontsize=9, loc="left", pad=12)
     axes[-1, 0].set_xlabel("simulated time (s)")
     phases = sorted(
         {p for _, events, _ in runs for p in events["phase"].unique() if p in COLORS} | {"idle"}
@@ -122,13 +123,12 @@ def plot_gantt(
         [Patch(color=COLORS[p]) for p in phases],
         phases,
         fontsize=8,
-        ncol=len(phases),
-        loc="lower center",
+        ncol=min(len(phases), 6),
+        loc="outside lower center",
         frameon=False,
     )
     note = "clients: " + (
         "chosen" if clients is not None else f"the {slowest} slowest, slowest first"
     )
     fig.suptitle(f"rounds {', '.join(map(str, rounds))}; {note}", fontsize=9)
-    fig.tight_layout(rect=(0, 0.04, 1, 0.98))
     return save_figure(fig, path, formats)

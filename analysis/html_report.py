@@ -48,9 +48,12 @@ def markdown_to_html(text: str) -> str:
     return md.convert(text)
 
 
-def render_html(title: str, markdown_text: str, figures: Sequence[tuple[str, Path]]) -> str:
-    """One HTML page: ``markdown_text`` (with its pipe tables; see :func:`markdown_to_html`)
-    and each ``(caption, image path)`` embedded as a data URI."""
+def render_html(
+    title: str, markdown_text: str, figures: Sequence[tuple[str, Path]], appendix: str = ""
+) -> str:
+    """One HTML page: ``markdown_text`` (with its pipe tables; see :func:`markdown_to_html`),
+    each ``(caption, image path)`` embedded as a data URI, then ``appendix`` (Markdown:
+    a glossary)."""
     body = markdown_to_html(markdown_text)
     parts = []
     for caption, path in figures:
@@ -63,5 +66,9 @@ def render_html(title: str, markdown_text: str, figures: Sequence[tuple[str, Pat
     return (
         '<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
         f"<title>{html.escape(title)}</title><style>{STYLE}</style></head>\n"
-        f"<body>\n{body}\n<h2>Figures</h2>\n" + "\n".join(parts) + "\n</body></html>\n"
+        f"<body>\n{body}\n<h2>Figures</h2>\n"
+        + "\n".join(parts)
+        + "\n"
+        + markdown_to_html(appendix)
+        + "\n</body></html>\n"
     )

@@ -322,7 +322,8 @@ def _summary(events: pd.DataFrame, rounds: pd.DataFrame, summary: dict[str, Any]
         ),
         "energy_j.client_transmit": float(energy[of_client & (events["direction"] == "up")].sum()),
         "energy_j.client_receive": float(energy[of_client & (events["direction"] == "down")].sum()),
-        "energy_j.server": float(energy[~of_client].sum()),
+        "energy_j.server": float(energy[~of_client & (events["role"] != "backhaul")].sum()),
+        "energy_j.backhaul": float(energy[events["role"] == "backhaul"].sum()),
         "client_flops_per_round": float(events.loc[of_client, "flops"].sum()) / max(len(rounds), 1),
         "server_flops_per_round": float(events.loc[~of_client, "flops"].sum())
         / max(len(rounds), 1),

@@ -22,6 +22,7 @@ from typing import Any
 
 import pandas as pd
 
+from mecsim.analysis.columns import glossary
 from mecsim.analysis.compare import (
     RunRecord,
     aggregate_seeds,
@@ -100,7 +101,7 @@ def report(run_dirs: Sequence[str | Path], out: str | Path, overwrite: bool = Fa
         shown = []
         if not layers.empty:
             write_file(tmp / "layers.csv", lambda p: layers.to_csv(p))
-            write_file(tmp / "layers.png", lambda p: plot_layers(layers, p))
+            plot_layers(layers, tmp / "layers.png", write_file)
             shown.append(("layers uploaded per round (KAPC Fig. 8)", tmp / "layers.png"))
         for record, run_dir in zip(records, run_dirs, strict=True):
             if (Path(run_dir) / "accuracy.png").is_file():
@@ -215,9 +216,11 @@ def compare(
             raise ConfigError("--x", f"{figures.x} is not numeric; plot a numeric setting")
     seeds = aggregate_seeds(records, table)
     groups = variant_groups(records)
-    markdown = render_markdown(table, list(targets), baseline)
+    tables = render_markdown(table, list(targets), baseline, columns=False)
     if (seeds["n"] > 1).any():
-        markdown += render_seeds(seeds, list(targets))
+        tables += render_seeds(seeds, list(targets))
+    columns = "\n".join(glossary(list(table.columns))) + "\n"  # after the figures in HTML
+    markdown = tables + columns
     with atomic_directory(Path(out), overwrite=overwrite) as tmp:
         write_file(tmp / "compare.csv", lambda p: table.to_csv(p, index=False))
         write_file(tmp / "compare.md", lambda p: p.write_text(markdown))
@@ -261,6 +264,6 @@ def compare(
         ]
         write_file(
             tmp / "report.html",
-            lambda p: p.write_text(render_html("mecsim comparison", markdown, shown)),
+            lambda p: p.write_text(render_html("mecsim comparison", tables, shown, columns)),
         )
     return table

@@ -397,11 +397,10 @@ def write_run_directory(result: RunResult, run_dir: Path) -> None:
         )
         source = result.summary["accuracy_source"]
         if source != "none":  # a cost-only run without a curve has no accuracy to plot
+            sc = result.scenario
             title = (
-                f"{result.scenario.name} ({result.scenario.algorithm.name}, "
-                f"{result.scenario.protocol.kind})"
+                f"{sc.algorithm.name} / {sc.protocol.kind}\n"
+                f"scenario {sc.name}, seed {sc.seed}, run {run_dir.name}"
             )
-            write_file(
-                tmp / "accuracy.png",
-                lambda p: plot_accuracy(result.rounds, p, title, assumed=source == "assumed"),
-            )
+            assumed = source == "assumed"
+            plot_accuracy(result.rounds, tmp / "accuracy.png", title, assumed, write_file)
