@@ -1,4 +1,4 @@
-"""Plug-ins: the README's example algorithm through --import, and the entry-point group."""
+"""Plug-ins: the extending guide's example algorithm through --import, and the entry-point group."""
 
 from __future__ import annotations
 
@@ -13,18 +13,17 @@ import pytest
 
 from mecsim.commands.cli import main
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+GUIDE = Path(__file__).resolve().parents[2] / "docs" / "extending.md"
 
 
 def readme_plugin() -> str:
-    """The Python block of the README's "Extending mecsim" section."""
-    section = README.read_text().split("## Extending mecsim", 1)[1].split("\n## ", 1)[0]
-    return re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    """The first Python block of the guide "Extending mecsim" (docs/extending.md)."""
+    return re.search(r"```python\n(.*?)```", GUIDE.read_text(), re.S).group(1)
 
 
 @pytest.fixture
 def plugin_dir(tmp_path, monkeypatch):
-    """The README's plug-in as a module in the working directory; forgotten afterwards, so
+    """The guide's plug-in as a module in the working directory; forgotten afterwards, so
     tests that walk every algorithm never see it."""
     from mecsim.algorithms import ALGORITHMS
 

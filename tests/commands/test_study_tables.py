@@ -156,7 +156,7 @@ def test_every_markdown_table_counts_bytes_in_mib_and_every_column_is_described(
 
 
 def test_an_edge_round_repeats_the_last_cloud_rounds_generic_accuracy(hierarchical):
-    """As the README says: the generic model evaluated is the cloud's latest."""
+    """As docs/algorithms.md says: the generic model evaluated is the cloud's latest."""
     rounds = pd.read_parquet(hierarchical[0] / "rounds.parquet")
     assert rounds["level"].tolist() == ["edge", "cloud", "edge", "cloud"]
     assert rounds["generic_acc"][2] == rounds["generic_acc"][1]

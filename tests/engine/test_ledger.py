@@ -367,16 +367,16 @@ MOVING_CELLS = [
 
 
 def documented_phases() -> list[str]:
-    """The phase patterns of README.md's phase table (``<task>`` stands for a name)."""
+    """The phase patterns of docs/using.md's phase table (``<task>`` stands for a name)."""
     import re
 
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[2] / "docs" / "using.md").read_text()
     table = readme.split("<!-- phases -->", 1)[1].split("<!-- /phases -->", 1)[0]
     first_cells = [row.split("|")[1] for row in table.splitlines() if row.startswith("| `")]
     return [p for cell in first_cells for p in re.findall(r"`([^`]+)`", cell)]
 
 
-def test_every_phase_a_run_emits_is_documented_in_the_readme(tiny):
+def test_every_phase_a_run_emits_is_documented_in_the_run_directory_guide(tiny):
     import re
 
     patterns = [
