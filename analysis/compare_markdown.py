@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 import pandas as pd
 
 from mecsim.analysis.columns import glossary
-from mecsim.analysis.scheduling import render_scheduling
+from mecsim.analysis.scheduling import SCHEDULING_COLUMNS
 
 MIB = 2**20
 """The byte unit of every Markdown table (``mecsim report`` uses it too)."""
@@ -180,6 +180,24 @@ def communication_section(table: pd.DataFrame) -> list[str]:
     return lines + markdown_table(table, cells)
 
 
+def scheduling_section(table: pd.DataFrame) -> list[str]:
+    """What a scheduling study compares (:mod:`.scheduling`)."""
+    lines = [
+        "",
+        "## Scheduling",
+        "",
+        "Clients a round took, Jain's index of how evenly clients took part (1: equally),",
+        "the clients' mean transmit power over their air time, energy per client",
+        "(`summary.json`'s total, idle included), and the share of a finite cell band the",
+        "uploads used while any was on the air.",
+        "",
+    ]
+    headers = ("clients/round", "participation fairness", "mean tx power W", "J per client",
+               "band utilization")  # fmt: skip
+    cells: list[Cell] = [(h, fixed(c, 3)) for h, c in zip(headers, SCHEDULING_COLUMNS, strict=True)]
+    return lines + markdown_table(table, cells)
+
+
 def new_clients_section(table: pd.DataFrame) -> list[str]:
     """The new clients' results, where some run has new clients."""
     if not _any(table, "new_clients"):
@@ -212,10 +230,10 @@ def render_markdown(
     edges, communication, scheduling, new clients, and (``columns``) what each column
     means."""
     lines = _targets(table, targets, baseline)
-    for section in (costs_section, edges_section, communication_section):
+    sections = (costs_section, edges_section, communication_section, scheduling_section,
+                new_clients_section)  # fmt: skip
+    for section in sections:
         lines += section(table)
-    lines += render_scheduling(table)
-    lines += new_clients_section(table)
     if columns:
         lines += glossary(list(table.columns))
     return "\n".join(lines) + "\n"

@@ -37,7 +37,7 @@ def line_style(index: int, points: int = 1) -> dict[str, object]:
         "linestyle": LINE_STYLES[index % len(LINE_STYLES)],
         "marker": MARKERS[index % len(MARKERS)],
         "markevery": (index * max(1, every // 4) % every, every) if every > 1 else None,
-        "markersize": 3 + 1.5 * (3 - index % 4),
+        "markersize": 3 + (3 - index % 4),
     }
 
 

@@ -93,24 +93,3 @@ def scheduling_measures(run: RunRecord) -> dict[str, float]:
             events, run.decisions, float(band_mhz) * 1e6 if band_mhz else None
         ),
     }
-
-
-def render_scheduling(table: pd.DataFrame) -> list[str]:
-    """The comparison's scheduling section (Markdown lines)."""
-    lines = [
-        "",
-        "## Scheduling",
-        "",
-        "Clients a round took, Jain's index of how evenly clients took part (1: equally),",
-        "the clients' mean transmit power over their air time, energy per client",
-        "(`summary.json`'s total, idle included), and the share of a finite cell band the",
-        "uploads used while any was on the air.",
-        "",
-        "| run | clients/round | participation fairness | mean tx power W | J per client"
-        " | band utilization |",
-        "| --- | ---: | ---: | ---: | ---: | ---: |",
-    ]
-    for _, r in table.iterrows():
-        cells = [f"{r[c]:.3f}" if not math.isnan(r[c]) else "-" for c in SCHEDULING_COLUMNS]
-        lines.append(f"| {r['run']} | " + " | ".join(cells) + " |")
-    return lines
