@@ -77,3 +77,18 @@ def test_the_readme_is_a_first_hours_guide(page):
     assert len(text.splitlines()) < 150
     for heading in ("## Quickstart", "## What a run is", "## A first study", "## Where to go next"):
         assert heading in text
+
+
+def test_the_worked_examples_scenarios_validate_and_their_commands_name_real_files(capsys):
+    from mecsim.commands.cli import main
+
+    examples = ROOT / "docs" / "examples.md"
+    text = examples.read_text()
+    scenarios = re.findall(r"--scenario (\S+\.toml)", text)
+    assert len(scenarios) >= 5
+    for path in sorted(set(scenarios)):
+        assert main(["validate", str(ROOT / path)]) == 0, path
+    for image in re.findall(r"!\[[^]]*\]\(([^)]+)\)", text):
+        assert (examples.parent / image).is_file(), image
+    headings = re.findall(r"^## \d\. ", text, re.M)
+    assert len(headings) == 5
