@@ -266,12 +266,16 @@ def _check(args: argparse.Namespace) -> int:
 
     _import_run_machinery()
     if args.algorithm not in ALGORITHMS:
+        from mecsim.commands.radio_conformance import CHECKS, kind_of
         from mecsim.policies.scheduling import SCHEDULERS
 
+        suite = CHECKS.get(kind_of(args.algorithm) or "")
         if args.algorithm in SCHEDULERS:
             from mecsim.commands.policy_conformance import check_policy
 
-            outcomes = check_policy(args.algorithm)
+            suite = check_policy
+        if suite is not None:
+            outcomes = suite(args.algorithm)
             sys.stdout.write(render(args.algorithm, outcomes))
             return 0 if all(o.ok for o in outcomes) else 1
     ALGORITHMS.get(args.algorithm)  # an unknown name: one line with the closest ones

@@ -279,12 +279,13 @@ def _add_inspection(commands: argparse._SubParsersAction, plugins: argparse.Argu
     check = commands.add_parser(
         "check",
         parents=[plugins],
-        help="run the conformance suite on an algorithm (a plug-in's too): bytes, FLOPs, "
-        "serial = batched, cost-only",
+        help="run the conformance suite on an algorithm or a radio policy (a plug-in's too): "
+        "bytes, FLOPs, limits, serial = batched, cost-only",
     )
     check.add_argument(
         "algorithm",
-        help="a registered algorithm or scheduling policy (mecsim list algorithms / schedulers)",
+        help="a registered algorithm, scheduling policy, power control or bandwidth allocation "
+        "(mecsim list algorithms / schedulers / power_controls / allocations)",
     )
 
     describe = commands.add_parser(

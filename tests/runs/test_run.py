@@ -18,6 +18,7 @@ OUTPUT_FILES = {
     "summary.json",
     "report.md",
     "accuracy.png",
+    "accuracy.svg",
     *(
         f"{t}.{ext}"
         for t in ("events", "rounds", "clients", "decisions")

@@ -17,7 +17,9 @@ from collections.abc import Callable, Sequence
 from mecsim.policies.allocation import ALLOCATIONS, Allocation, Share
 
 STEPS = 100
-"""Bisection steps (each halves the interval: 2^-100 of it is below any float's ulp)."""
+"""Most bisection steps (each halves the interval: 2^-100 of it is below any float's
+ulp); a bisection stops sooner once the midpoint is one of its ends, where further steps
+change nothing."""
 
 
 def band_for(rate: Callable[[float], float], need_bps: float, total_hz: float) -> float:
@@ -28,6 +30,8 @@ def band_for(rate: Callable[[float], float], need_bps: float, total_hz: float) -
     low, high = 0.0, total_hz
     for _ in range(STEPS):
         middle = (low + high) / 2
+        if middle in (low, high):  # the interval is one ulp: nothing left to halve
+            break
         low, high = (middle, high) if rate(middle) < need_bps else (low, middle)
     return high
 
@@ -49,6 +53,8 @@ class MinMaxTime(Allocation):
             low, high = high, high * 2
         for _ in range(STEPS):
             middle = (low + high) / 2
+            if middle in (low, high):
+                break
             low, high = (middle, high) if sum(used(middle)) > total_hz else (low, middle)
         bands = dict(zip((id(s) for s in live), used(high), strict=True))
         scale = total_hz / sum(bands.values())  # hand out the last rounding, never more than W
