@@ -8,6 +8,9 @@ Units: seconds are simulated seconds; bytes are bytes (the Markdown tables show 
 
 from __future__ import annotations
 
+MIB = 2**20
+"""The byte unit of every Markdown table (``compare.md``, ``mecsim report``)."""
+
 PER_TARGET = {
     "pm_time_T": "simulated s until the personalized accuracy first reaches T (at `t_personal`)",
     "gm_time_T": "simulated s until the generic accuracy first reaches T",

@@ -12,11 +12,8 @@ from collections.abc import Callable, Sequence
 
 import pandas as pd
 
-from mecsim.analysis.columns import glossary
+from mecsim.analysis.columns import MIB, glossary
 from mecsim.analysis.scheduling import SCHEDULING_COLUMNS
-
-MIB = 2**20
-"""The byte unit of every Markdown table (``mecsim report`` uses it too)."""
 
 Cell = tuple[str, Callable[[pd.Series], str]]
 """A column of a Markdown table: its header and how a row of the comparison fills it."""
@@ -44,6 +41,11 @@ def markdown_table(table: pd.DataFrame, cells: Sequence[Cell]) -> list[str]:
     for _, row in table.iterrows():
         lines.append(f"| {row['run']} | " + " | ".join(fill(row) for _, fill in cells) + " |")
     return lines
+
+
+def titled(title: str, intro: str, table: pd.DataFrame, cells: Sequence[Cell]) -> list[str]:
+    """A section: its heading, ``intro`` (a line of Markdown per line) and its table."""
+    return ["", f"## {title}", "", *intro.splitlines(), "", *markdown_table(table, cells)]
 
 
 def _any(table: pd.DataFrame, column: str) -> bool:
@@ -94,12 +96,8 @@ def _targets(table: pd.DataFrame, targets: list[float], baseline: str | None) ->
         "`-`: target not reached.",
         "",
     ]
-
-    def speedup(column: str) -> Callable:
-        return fixed(column, suffix="x")
-
     cells: list[Cell] = [(f"PM {t:.0%} (s)", fixed(f"pm_time_{t:g}")) for t in targets]
-    cells += [(f"speedup {t:.0%}", speedup(f"pm_speedup_{t:g}")) for t in targets]
+    cells += [(f"speedup {t:.0%}", fixed(f"pm_speedup_{t:g}", suffix="x")) for t in targets]
     cells += [
         ("final PM acc", fixed("final_pm_acc", 4)),
         ("final GM acc", fixed("final_gm_acc", 4)),
@@ -108,15 +106,12 @@ def _targets(table: pd.DataFrame, targets: list[float], baseline: str | None) ->
 
 
 def costs_section(table: pd.DataFrame) -> list[str]:
-    lines = [
-        "",
-        "## Time, energy and bytes",
-        "",
-        "Simulated seconds to the end of the last round; joules of the whole run (clients'",
-        "idle energy included, and shown on its own); MiB = 2^20 bytes, summed over clients",
-        "and rounds.",
-        "",
-    ]
+    title = "Time, energy and bytes"
+    intro = (
+        "Simulated seconds to the end of the last round; joules of the whole run (clients'\n"
+        "idle energy included, and shown on its own); MiB = 2^20 bytes, summed over clients\n"
+        "and rounds."
+    )
     cells: list[Cell] = [
         ("simulated s", fixed("sim_time_s")),
         ("idle s per client", fixed("idle_s_per_client")),
@@ -125,40 +120,34 @@ def costs_section(table: pd.DataFrame) -> list[str]:
         ("MiB up", fixed("bytes_up", scale=MIB)),
         ("MiB down", fixed("bytes_down", scale=MIB)),
     ]
-    return lines + markdown_table(table, cells)
+    return titled(title, intro, table, cells)
 
 
 def edges_section(table: pd.DataFrame) -> list[str]:
     """Backhaul and handovers, where some run has either (multi-cell, hierarchical)."""
     if not (_any(table, "bytes_backhaul") or _any(table, "handovers_per_round")):
         return []
-    lines = [
-        "",
-        "## Edges: backhaul and handovers",
-        "",
-        "Bytes and joules over the edge-cloud backhaul (summed over edges and rounds; the",
-        "joules are part of the energy above), and handovers per round (all clients).",
-        "",
-    ]
+    title = "Edges: backhaul and handovers"
+    intro = (
+        "Bytes and joules over the edge-cloud backhaul (summed over edges and rounds; the\n"
+        "joules are part of the energy above), and handovers per round (all clients)."
+    )
     cells: list[Cell] = [
         ("MiB backhaul", fixed("bytes_backhaul", 3, scale=MIB)),
         ("backhaul J", fixed("backhaul_energy_j", 3)),
         ("handovers/round", fixed("handovers_per_round")),
     ]
-    return lines + markdown_table(table, cells)
+    return titled(title, intro, table, cells)
 
 
 def communication_section(table: pd.DataFrame) -> list[str]:
-    lines = [
-        "",
-        "## Accuracy and communication",
-        "",
-        "MiB per direction (per round: the mean over rounds, summed over the round's clients;",
-        "total: every transfer, the public split's one-time download included), seconds per",
-        "round a client spends uploading and downloading, and the largest state a client and",
-        "the server kept.",
-        "",
-    ]
+    title = "Accuracy and communication"
+    intro = (
+        "MiB per direction (per round: the mean over rounds, summed over the round's clients;\n"
+        "total: every transfer, the public split's one-time download included), seconds per\n"
+        "round a client spends uploading and downloading, and the largest state a client and\n"
+        "the server kept."
+    )
     mib = [
         ("MiB up/round", "bytes_up_per_round"),
         ("MiB down/round", "bytes_down_per_round"),
@@ -177,41 +166,35 @@ def communication_section(table: pd.DataFrame) -> list[str]:
         ("client state MiB", fixed("client_state_peak_bytes", 3, scale=MIB)),
         ("server state MiB", fixed("server_state_peak_bytes", 3, scale=MIB)),
     ]
-    return lines + markdown_table(table, cells)
+    return titled(title, intro, table, cells)
 
 
 def scheduling_section(table: pd.DataFrame) -> list[str]:
     """What a scheduling study compares (:mod:`.scheduling`)."""
-    lines = [
-        "",
-        "## Scheduling",
-        "",
-        "Clients a round took, Jain's index of how evenly clients took part (1: equally),",
-        "the clients' mean transmit power over their air time, energy per client",
-        "(`summary.json`'s total, idle included), and the share of a finite cell band the",
-        "uploads used while any was on the air.",
-        "",
-    ]
+    title = "Scheduling"
+    intro = (
+        "Clients a round took, Jain's index of how evenly clients took part (1: equally),\n"
+        "the clients' mean transmit power over their air time, energy per client\n"
+        "(`summary.json`'s total, idle included), and the share of a finite cell band the\n"
+        "uploads used while any was on the air."
+    )
     headers = ("clients/round", "participation fairness", "mean tx power W", "J per client",
                "band utilization")  # fmt: skip
     cells: list[Cell] = [(h, fixed(c, 3)) for h, c in zip(headers, SCHEDULING_COLUMNS, strict=True)]
-    return lines + markdown_table(table, cells)
+    return titled(title, intro, table, cells)
 
 
 def new_clients_section(table: pd.DataFrame) -> list[str]:
     """The new clients' results, where some run has new clients."""
     if not _any(table, "new_clients"):
         return []
-    lines = [
-        "",
-        "## New clients",
-        "",
-        "Clients held out of training that join after the last round: their mean accuracy",
-        "after adapting and its spread over them, what joining cost one of them on average",
-        "(MiB received, GFLOPs), and the seconds until the last had joined (one span).",
-        "Each one's accuracy is the `new_client_accs` column of compare.csv.",
-        "",
-    ]
+    title = "New clients"
+    intro = (
+        "Clients held out of training that join after the last round: their mean accuracy\n"
+        "after adapting and its spread over them, what joining cost one of them on average\n"
+        "(MiB received, GFLOPs), and the seconds until the last had joined (one span).\n"
+        "Each one's accuracy is the `new_client_accs` column of compare.csv."
+    )
     cells: list[Cell] = [
         ("new clients", fixed("new_clients", 0)),
         ("accuracy", fixed("new_client_acc", 4)),
@@ -220,7 +203,7 @@ def new_clients_section(table: pd.DataFrame) -> list[str]:
         ("GFLOPs per client", fixed("new_client_flops_per_client", 3, scale=1e9)),
         ("join s", fixed("new_client_join_s", 3)),
     ]
-    return lines + markdown_table(table, cells)
+    return titled(title, intro, table, cells)
 
 
 def render_markdown(

@@ -32,10 +32,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from mecsim.analysis.columns import MIB
 from mecsim.analysis.compare import RunRecord
 from mecsim.analysis.costs import PHASES, summarize, time_split
-
-MIB = 2**20
 
 
 def time_table(runs: Sequence[RunRecord]) -> pd.DataFrame:
@@ -175,14 +174,13 @@ def plot_layers(layers: pd.DataFrame, path: Path, write=None) -> list[Path]:
     :func:`~.plots.save_figure`)."""
     import matplotlib.pyplot as plt
 
-    from mecsim.analysis.plots import legend_labels, line_style, save_figure
+    from mecsim.analysis.plots import legend_below, line_style, save_figure
 
     fig, ax = plt.subplots(figsize=(6, 3.8), layout="constrained")
     for index, (run, series) in enumerate(layers.items()):
-        ax.plot(series.index, series.values, label=legend_labels([str(run)], 6)[0],
-                **line_style(index, len(series)))  # fmt: skip
+        ax.plot(series.index, series.values, label=str(run), **line_style(index, len(series)))
     ax.set_xlabel("round")
     ax.set_ylabel("mean uploaded layers")
     ax.xaxis.get_major_locator().set_params(integer=True)
-    fig.legend(fontsize=7, loc="outside lower center", ncol=1, frameon=False)
+    legend_below(fig, *ax.get_legend_handles_labels(), fontsize=7)
     return save_figure(fig, path, ("png",), dpi=120, write=write)

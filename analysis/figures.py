@@ -18,8 +18,7 @@ import pandas as pd  # noqa: E402
 from mecsim.analysis.compare import t_half_width  # noqa: E402
 from mecsim.analysis.plots import (  # noqa: E402
     bounds,
-    legend_columns,
-    legend_labels,
+    legend_below,
     line_style,
     save_figure,
     wrapped,
@@ -59,7 +58,8 @@ def plot_curves(
     """Accuracy against simulated time, personalized and generic panels: per variant the
     mean over its seeds (each seed's curve held between evaluations) and a 95 % band;
     dotted lines at the targets. A panel no run measured is left out. Variants flagged in
-    ``assumed`` (cost-only runs' ``execution.accuracy_curve``) are dashed and labelled."""
+    ``assumed`` (cost-only runs' ``execution.accuracy_curve``) are labelled so. Each
+    variant has its own dashes and markers (:func:`~.plots.line_style`)."""
     panels = [
         (column, title)
         for column, title in PANELS
@@ -88,9 +88,9 @@ def plot_curves(
                 **line_style(index, len(grid)),
                 label=f"{label} (n={len(curves)}{', assumed accuracy' if guess else ''})",
             )
-            if len(curves) > 1:  # the band within accuracy's range
+            if len(curves) > 1:  # the band within the accuracy's range
                 half = t_half_width(stacked)
-                low, high = np.clip(mean - half, 0, 1), np.clip(mean + half, 0, 1)
+                low, high = (np.clip(mean + d, *bounds(column)) for d in (-half, half))
                 ax.fill_between(grid, low, high, color=line.get_color(), alpha=0.2)
         for target in targets:
             ax.axhline(target, color="0.4", linestyle=":", linewidth=1)
@@ -108,11 +108,8 @@ def plot_curves(
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("accuracy (mean over seeds, 95 % band)")
     handles, labels = axes[0][0].get_legend_handles_labels()
-    if handles:  # below the panels, where the layout engine makes room for it
-        labels = legend_labels(labels, fig.get_figwidth())
-        ncol = legend_columns(labels, fig.get_figwidth())
-        fig.legend(handles, labels, fontsize=8, loc="outside lower center", ncol=ncol,
-                   frameon=False)  # fmt: skip
+    if handles:
+        legend_below(fig, handles, labels)
     return save_figure(fig, path, formats)
 
 
@@ -155,7 +152,7 @@ def plot_metric(
             linestyle=style["linestyle"],
             marker=style["marker"],
             capsize=3,
-            label=legend_labels([f"{label} ({extra})" if extra else label], 7)[0],
+            label=f"{label} ({extra})" if extra else label,
         )
     ax.set_xlabel(x)
     ax.set_ylabel(y)
@@ -167,7 +164,5 @@ def plot_metric(
         ax.set_xscale("log")
     ax.set_title(wrapped(f"{y} against {x} (mean over seeds, 95 % confidence)", 70), fontsize=10)
     ax.grid(alpha=0.3)
-    labels = ax.get_legend_handles_labels()[1]
-    ncol = legend_columns(labels, fig.get_figwidth())
-    fig.legend(fontsize=8, loc="outside lower center", ncol=ncol, frameon=False)
+    legend_below(fig, *ax.get_legend_handles_labels())
     return save_figure(fig, path, formats)

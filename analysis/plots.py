@@ -54,18 +54,18 @@ def wrapped(title: str, width: int = 60) -> str:
     return "\n".join(textwrap.wrap(title, width)) or title
 
 
-def legend_labels(labels: Sequence[str], width_in: float, fontsize: float = 8) -> list[str]:
-    """``labels`` wrapped to fit one legend column across ``width_in`` inches (see
-    :func:`legend_columns`)."""
-    return [wrapped(label, int((width_in * 72 - 65) / (0.6 * fontsize))) for label in labels]
-
-
-def legend_columns(labels: Sequence[str], width_in: float, fontsize: float = 8) -> int:
-    """How many legend columns of ``labels`` fit side by side in ``width_in`` inches (a
-    character about 0.6 em wide, 45 points for the handle and the gap; at most 3)."""
+def legend_below(
+    fig: Figure, handles: Sequence, labels: Sequence[str], fontsize: float = 8
+) -> None:
+    """The figure's legend under its plots, where the constrained layout makes room: each
+    label wrapped to fit one column across the figure, as many columns side by side as fit
+    (a character about 0.6 em wide, 45 points for the handle and the gap; at most 3)."""
+    width_pt = fig.get_figwidth() * 72
+    labels = [wrapped(label, int((width_pt - 65) / (0.6 * fontsize))) for label in labels]
     longest = max((len(line) for label in labels for line in label.split("\n")), default=1)
-    entry_pt = 0.6 * fontsize * longest + 45
-    return int(max(1, min(3, len(labels), (width_in * 72 - 20) // entry_pt)))
+    ncol = int(max(1, min(3, len(labels), (width_pt - 20) // (0.6 * fontsize * longest + 45))))
+    fig.legend(handles, labels, fontsize=fontsize, loc="outside lower center", ncol=ncol,
+               frameon=False)  # fmt: skip
 
 
 def save_figure(
@@ -80,15 +80,17 @@ def save_figure(
     atomic writer); close it; return the files."""
     for hook in FIGURE_HOOKS:
         hook(fig, path)
+    write = write or _write_directly
     chosen = list(dict.fromkeys([*formats, *(["svg"] if "png" in formats else [])]))
-    written = []
-    for fmt in chosen:
-        target = path.with_suffix(f".{fmt}")
-        fill = lambda p, f=fmt: fig.savefig(p, format=f, dpi=dpi)  # noqa: E731
-        (write or (lambda t, w: w(t)))(target, fill)
-        written.append(target)
+    written = [path.with_suffix(f".{fmt}") for fmt in chosen]
+    for fmt, target in zip(chosen, written, strict=True):
+        write(target, lambda p, f=fmt: fig.savefig(p, format=f, dpi=dpi))
     plt.close(fig)
     return written
+
+
+def _write_directly(target: Path, fill: Callable[[Path], None]) -> None:
+    fill(target)
 
 
 def figure_problems(fig: Figure) -> list[str]:
@@ -140,7 +142,7 @@ def figure_problems(fig: Figure) -> list[str]:
 
 def _out_of_range(ax) -> list[str]:
     """Intervals (bands, error bars) of ``ax`` outside its quantity's range."""
-    lo, hi = (0.0, 1.0) if "accuracy" in ax.get_ylabel() else (0.0, math.inf)
+    lo, hi = bounds(ax.get_ylabel())  # "accuracy ...", or the metric plot's column
     found = []
     for artist in ax.collections:
         if isinstance(artist, PolyCollection):

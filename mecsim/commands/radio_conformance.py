@@ -36,7 +36,8 @@ from mecsim.commands.conformance import Outcome, resume_problems
 from mecsim.commands.policy_conformance import _differ, _run
 
 RUN = ["clients.count=8", "network.fading=rayleigh", "algorithm.steps=2", "protocol.rounds=3"]
-POWER_KEYS = ["network.uplink.target_snr_db=10", "network.uplink.power_deadline_s=2"]
+POWER_SETTINGS = {"target_snr_db": 10.0, "power_deadline_s": 2.0}
+"""The ``[network.uplink]`` keys the built-in power controls read, for every check."""
 
 
 def _uplinks(seed: int = 0, count: int = 40):
@@ -67,7 +68,7 @@ def _share_sets(seed: int = 0, count: int = 40):
                     float(10 ** rng.uniform(4, 8)),
                     float(rng.integers(1, 500)),
                     lambda b, s=float(snr[i]): b * math.log2(1 + s),
-                )  # fmt: skip
+                )
                 for i in range(n)
             ],
             float(10 ** rng.uniform(6, 8)),
@@ -76,14 +77,10 @@ def _share_sets(seed: int = 0, count: int = 40):
 
 def limits_outcome(name: str) -> Outcome:
     """The ``limits`` check of a power control."""
-    from mecsim.config.sections import Scenario
+    from mecsim.net.settings import UplinkConfig
     from mecsim.policies.power import POWER_CONTROLS
 
-    settings = (
-        Scenario.model_fields["network"]
-        .annotation()
-        .uplink.model_copy(update={"target_snr_db": 10.0, "power_deadline_s": 2.0, "power": name})
-    )
+    settings = UplinkConfig(power=name, **POWER_SETTINGS)
     policy, again = (POWER_CONTROLS.get(name)(settings) for _ in range(2))
     outcome = Outcome("any", "limits")
     for uplink in _uplinks():
@@ -98,7 +95,7 @@ def limits_outcome(name: str) -> Outcome:
 
 def split_outcome(name: str) -> Outcome:
     """The ``split`` check of a bandwidth allocation."""
-    from mecsim.config.sections import Scenario
+    from mecsim.net.settings import UplinkConfig
     from mecsim.policies.allocation import ALLOCATIONS
 
     cls = ALLOCATIONS.get(name)
@@ -106,8 +103,7 @@ def split_outcome(name: str) -> Outcome:
     if not cls.splits:
         outcome.skipped = "no split: each upload waits for its own band"
         return outcome
-    settings = Scenario.model_fields["network"].annotation().uplink
-    policy, again = cls(settings), cls(settings)
+    policy, again = cls(UplinkConfig(allocation=name)), cls(UplinkConfig(allocation=name))
     for shares, total in _share_sets():
         bands = list(policy.bands(shares, total))
         ok = len(bands) == len(shares) and all(math.isfinite(b) and b >= 0 for b in bands)
@@ -143,10 +139,8 @@ def run_outcomes(settings: list[str]) -> list[Outcome]:
 
 def check_power_control(name: str) -> list[Outcome]:
     """Every check of the module docstring for power control ``name``."""
-    return [
-        limits_outcome(name),
-        *run_outcomes([*RUN, *POWER_KEYS, f"network.uplink.power={name}"]),
-    ]
+    keys = [f"network.uplink.{key}={value}" for key, value in POWER_SETTINGS.items()]
+    return [limits_outcome(name), *run_outcomes([*RUN, *keys, f"network.uplink.power={name}"])]
 
 
 def check_allocation(name: str) -> list[Outcome]:

@@ -35,6 +35,7 @@ def _client_lines(sc: Scenario, clients: Sequence[ClientProfile]) -> list[str]:
     if sc.clients.table is not None:
         where += " or clients.table"
     near, far = distance < MIN_DISTANCE_M, distance > MAX_DISTANCE_M
+    narrow, loud = band_mhz < MIN_BAND_MHZ, power > MAX_CLIENT_POWER_DBM
     if placed and near.mean() <= 0.5:  # a few beside their base station: where they stand
         near = np.zeros_like(near)
     found = [
@@ -42,16 +43,14 @@ def _client_lines(sc: Scenario, clients: Sequence[ClientProfile]) -> list[str]:
          f"station (closest {distance.min():.3g} m); distances are in metres (km meant? x1000)"),
         (far, f"{where}: {_share(far)} are beyond {MAX_DISTANCE_M / 1e3:g} km from their base "
          f"station (farthest {distance.max() / 1e3:.3g} km); distances are in metres"),
-        (band_mhz < MIN_BAND_MHZ, f"clients.bandwidth_mhz: {_share(band_mhz < MIN_BAND_MHZ)} "
+        (narrow, f"clients.bandwidth_mhz: {_share(narrow)} "
          f"have a band under 1 kHz (narrowest {band_mhz.min():.3g} MHz); bands are in MHz "
          "(Hz or kHz meant?)"),
-        (power > MAX_CLIENT_POWER_DBM, f"clients.tx_power_dbm: "
-         f"{_share(power > MAX_CLIENT_POWER_DBM)} send above {MAX_CLIENT_POWER_DBM:g} dBm "
+        (loud, f"clients.tx_power_dbm: {_share(loud)} send above {MAX_CLIENT_POWER_DBM:g} dBm "
          f"(highest {power.max():.3g} dBm = {10 ** (power.max() / 10) / 1e3:.3g} W); powers "
          "are in dBm (a phone: about 23)"),
     ]  # fmt: skip
-    lines = [line for mask, line in found if mask.any()]
-    return lines
+    return [line for mask, line in found if mask.any()]
 
 
 def implausible_settings(sc: Scenario, clients: Sequence[ClientProfile]) -> list[str]:
