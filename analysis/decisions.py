@@ -108,4 +108,30 @@ def band_limits(
             f"uploads used {used:.9g} Hz s of band, more than {cell_hz:.9g} Hz x "
             f"{busy:.9g} s on the air"
         )
+    changes = _of_kind(decisions, "band_change")
+    if changes is not None and not changes.empty:
+        at, peak = band_peak(changes, uploads.reset_index())
+        if peak > cell_hz * (1 + RTOL):
+            check.problems.append(f"at t={at:.9g} the uploads held {peak:.9g} Hz of {cell_hz:.9g}")
     return check
+
+
+def band_peak(changes: pd.DataFrame, uploads: pd.DataFrame) -> tuple[float, float]:
+    """The instant the uploads held the most band, and that band (Hz): each ``band_change``
+    row holds its band from its ``t`` until the upload's next change or its end (the
+    ``uploads`` row of that client that started last at or before ``t``)."""
+    changes = changes.sort_values("t", kind="stable")
+    starts = uploads[["client", "t_start", "t_end"]].sort_values("t_start")
+    pieces = pd.merge_asof(
+        changes, starts, left_on="t", right_on="t_start", by="client", direction="backward"
+    )
+    upload = pieces.groupby(["client", "t_start"], sort=False).cumcount(ascending=False) == 0
+    following = pieces.groupby(["client", "t_start"], sort=False)["t"].shift(-1)
+    until = np.where(upload, pieces["t_end"], following)
+    # a sweep over the pieces' ends (first at a tie) and starts
+    times = np.concatenate([until, pieces["t"].to_numpy()])
+    deltas = np.concatenate([-pieces["value"].to_numpy(), pieces["value"].to_numpy()])
+    order = np.lexsort((deltas > 0, times))
+    held = np.cumsum(deltas[order])
+    top = int(np.argmax(held))
+    return float(times[order][top]), float(held[top])

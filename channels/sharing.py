@@ -130,6 +130,8 @@ class Reception:
     """Its band now, on a shared uplink (:class:`SharedUplink`)."""
     band_time: float = 0.0
     """The integral of its band over its air time, on a shared uplink (Hz s)."""
+    bands: list[tuple[float, float]] = field(default_factory=list)
+    """On a shared uplink: (when, band in Hz from then on) at each change of its band."""
 
     def __post_init__(self) -> None:
         self.remaining = float(self.bits)
@@ -315,6 +317,8 @@ class SharedTransmitter:
         for tx in self.active:
             copied = copy.copy(tx)
             copied.receptions = [copy.copy(r) for r in tx.receptions]
+            for r in copied.receptions:
+                r.bands = list(r.bands)  # a forecast's band changes are its own
             twin.twins.update(
                 {id(r): c for r, c in zip(tx.receptions, copied.receptions, strict=True)}
             )
@@ -372,6 +376,8 @@ class SharedUplink(SharedTransmitter):
             for r, rate, _ in rows:
                 need = send_time(r.remaining, rate)
                 r.band_time += r.band * min(need, step)
+                if not r.bands or r.bands[-1][1] != r.band:
+                    r.bands.append((t, r.band))
         return super().apply(groups, t, step)
 
 

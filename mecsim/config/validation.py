@@ -26,6 +26,7 @@ from mecsim.common.distributions import Choice, Uniform, attribute_values
 from mecsim.common.registry import Registry
 from mecsim.common.section import Section
 from mecsim.config.problems import Problem, ScenarioError, problems_from
+from mecsim.config.radio_checks import check_radio
 from mecsim.config.sections import Scenario
 from mecsim.executors import EXECUTORS
 from mecsim.learning.data import DATASETS, PARTITIONS, dataset_shape
@@ -69,7 +70,7 @@ def _check_names(scenario: Scenario) -> list[Problem]:
         if model not in MODELS:
             allowed = ", ".join(MODELS.names())
             problems.append(Problem("model.name", f"unknown model {model!r}; allowed: {allowed}"))
-    problems += _check_algorithm(scenario) + _check_scheduling(scenario)
+    problems += _check_algorithm(scenario) + check_radio(scenario)
     for device in attribute_values(scenario.clients.device) or []:
         if device not in devices:
             allowed = ", ".join(devices.names())
@@ -194,44 +195,6 @@ def _check_cells(scenario: Scenario) -> list[Problem]:
             read_trace(mobility.trace, clients.count)
         except ValueError as error:
             problems.append(Problem("clients.mobility.trace", str(error)))
-    return problems
-
-
-def _check_scheduling(scenario: Scenario) -> list[Problem]:
-    """A policy that ranks by what training reports cannot choose in a cost-only run;
-    bandwidth allocation needs a finite band; power control and allocation run on a
-    single static cell's links (unknown names are :func:`_check_names`')."""
-    problems = []
-    policy = scenario.scheduling.policy
-    if scenario.execution.cost_only and SCHEDULERS.get(policy).uses_training:
-        problems.append(
-            Problem(
-                "scheduling.policy",
-                f"{policy!r} ranks clients by what training reports (loss, update norm) and "
-                "a cost-only run trains nothing: choose another policy or set "
-                "execution.cost_only = false",
-            )
-        )
-    uplink = scenario.network.uplink
-    if uplink.allocation != "fcfs" and uplink.total_bandwidth_mhz is None:
-        problems.append(
-            Problem(
-                "network.uplink.allocation",
-                f"{uplink.allocation!r} splits a finite band: set "
-                "network.uplink.total_bandwidth_mhz",
-            )
-        )
-    medium = len(scenario.network.cells) > 1 or scenario.clients.mobility.model != "static"
-    for key, value, default in (("power", uplink.power, "fixed"),
-                                ("allocation", uplink.allocation, "fcfs")):  # fmt: skip
-        if value != default and medium:
-            problems.append(
-                Problem(
-                    f"network.uplink.{key}",
-                    f"{value!r} runs on one cell of static clients for now (several cells and "
-                    f"moving clients share a medium of fixed bands and powers); use {default!r}",
-                )
-            )
     return problems
 
 

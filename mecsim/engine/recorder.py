@@ -146,8 +146,9 @@ class Recorder:
         policy: str | None = None,
     ) -> None:
         """Record a decision at ``t`` about ``clients``: ``schedule`` (the clients chosen,
-        each with the score it was ranked by), ``power`` (an upload's power, W) or
-        ``band`` (an upload's mean band, Hz); ``policy`` None: the scheduling policy."""
+        each with the score it was ranked by), ``power`` (an upload's power, W),
+        ``band`` (an upload's mean band, Hz) or ``band_change`` (its band from ``t`` until
+        its next change or its end, Hz); ``policy`` None: the scheduling policy."""
         self._decisions.append((round_, t, clients, values, decision, policy))
 
     def decisions(self, scheduler: str) -> pd.DataFrame:

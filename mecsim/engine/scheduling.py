@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 
 import numpy as np
 import torch
@@ -20,6 +21,7 @@ import torch
 from mecsim.common.rng import numpy_rng
 from mecsim.executors import JobResult
 from mecsim.learning.state import Payload
+from mecsim.net.network import upload_key
 from mecsim.policies.history import Candidates, ClientFacts, ClientHistory
 from mecsim.policies.scheduling import SchedulingPolicy
 
@@ -72,9 +74,22 @@ class Scheduling:
 
     def _view(self, round_: int, pool: list[int]) -> Candidates:
         if self.history is not None:
-            return self.history.view(round_, self.env.now, pool, self.client_facts)
-        ids = np.asarray(pool, np.int64)
-        return Candidates.known(round_, self.env.now, ids, self.client_facts)
+            view = self.history.view(round_, self.env.now, pool, self.client_facts)
+        else:
+            ids = np.asarray(pool, np.int64)
+            view = Candidates.known(round_, self.env.now, ids, self.client_facts)
+        if self.scheduler.settings.channel == "pilot":
+            view = self._piloted(view)
+        return view
+
+    def _piloted(self, view: Candidates) -> Candidates:
+        """``view`` with each candidate's channel as a pilot measures it now: ``snr_db``
+        the SNR its round's upload starts with (the fading holds from the decision into
+        the upload's first block), ``mean_snr_db`` its SNR without fading."""
+        key = upload_key(view.round, 0)
+        measured = [self.network.pilot_snr_db(int(c), key) for c in view.ids]  # type: ignore[attr-defined]
+        snr, mean = np.array(measured, dtype=float).reshape(-1, 2).T
+        return replace(view, snr_db=snr, mean_snr_db=mean)
 
     def job_begun(self, client: int, payload: Payload | None, result: JobResult) -> None:
         """A job of ``client`` started now from ``payload``: what it will report with its

@@ -16,6 +16,7 @@ from mecsim.channels.sharing import Reception, Transmission
 from mecsim.engine.process import Process
 from mecsim.learning.devices import energy_j
 from mecsim.learning.state import Payload, by_identity, payload_nbytes
+from mecsim.net.network import upload_key
 from mecsim.net.radio import Broadcast, Delivery
 
 HANDOVER_LOOKAHEAD_S = 1.0
@@ -189,7 +190,7 @@ class Transfers:
         nbytes = payload_nbytes(payload)
         job_key = round_ if job is None else job
         for attempt in range(self.network.config.retries + 1):
-            key = ("job", job_key, attempt)
+            key = upload_key(job_key, attempt)
             asked = self.env.now
             granted: list[float] = []  # when the band was granted, once it is
             token = self._begin(
@@ -227,6 +228,8 @@ class Transfers:
         if self.network.allocation.splits and uplink.total_bandwidth_mhz is not None:
             mean_hz = r.band_time / r.duration_s if r.duration_s > 0 else 0.0
             self.recorder.decide(round_, granted, [client], [mean_hz], "band", uplink.allocation)
+            for t, hz in r.bands:
+                self.recorder.decide(round_, t, [client], [hz], "band_change", uplink.allocation)
         self._record_transfer(round_, job, client, r, nbytes, "upload", "up", power_w)
 
     def _cut_upload(

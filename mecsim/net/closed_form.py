@@ -79,7 +79,7 @@ class ClosedForms:
         interference_psd = 0.0 if psd is None else float(dbm_to_w(psd))
         path_gain = self.link_constants()["path_gain"][clients]
         rate, sinr = self._static_rates(path_gain, bandwidth_hz, power_w, interference_psd)
-        if np.any(sinr < self.min_sinr):
+        if np.any(sinr < self.outage_sinr(link)):
             return None
         if worst and len(rate):
             rate = np.full_like(sinr, rate.min())

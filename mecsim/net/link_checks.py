@@ -21,7 +21,7 @@ from mecsim.common.rng import numpy_rng
 if TYPE_CHECKING:
     from mecsim.channels import ChannelModel
     from mecsim.net.network import ClientProfile
-    from mecsim.net.settings import NetworkConfig
+    from mecsim.net.settings import LinkConfig, NetworkConfig
 
 MAX_TRANSFER_S = 1e9
 """A transfer that takes longer than this (about 32 years) at its mean rate is a mistake."""
@@ -39,13 +39,18 @@ class LinkChecks:
     clients: list[ClientProfile]
     seed: int
     position_key: str
-    min_sinr: float
     max_s: float
     coherence_s: float
     _gains: np.ndarray | None
 
     def link_constants(self) -> dict[str, np.ndarray]:
         raise NotImplementedError
+
+    def outage_sinr(self, link: LinkConfig) -> float:
+        """The SINR (linear) below which a fading block of ``link``'s direction carries
+        nothing: its own ``min_snr_db``, else ``network.min_snr_db`` (0: none)."""
+        db = self.config.min_snr_db if link.min_snr_db is None else link.min_snr_db
+        return 0.0 if db is None else 10 ** (db / 10)
 
     def _check_outage(self) -> None:
         """Without fading or a deadline, a link below ``min_snr_db`` would never finish: say so
@@ -57,9 +62,10 @@ class LinkChecks:
         down_rate, down = self._unit_gain(const["down_bandwidth_hz"], const["down_power_w"])
         up_rate, up = self._unit_gain(const["bandwidth_hz"], const["tx_power_w"])
         sinr = np.minimum(up, down)
-        bad = np.flatnonzero(
-            (np.minimum(up_rate, down_rate) <= 0) | (~fading & (sinr < self.min_sinr))
+        outage = (up < self.outage_sinr(self.config.uplink)) | (
+            down < self.outage_sinr(self.config.downlink)
         )
+        bad = np.flatnonzero((np.minimum(up_rate, down_rate) <= 0) | (~fading & outage))
         if len(bad):  # the first such client
             i = int(bad[0])
             c = self.clients[i]
@@ -71,9 +77,9 @@ class LinkChecks:
                 )
             raise ConfigError(
                 "network.min_snr_db",
-                f"client {c.id}'s link never leaves outage ({10 * math.log10(sinr[i]):.1f}"
-                f" dB < {self.config.min_snr_db} dB, no fading); lower min_snr_db or set "
-                "network.max_transfer_s",
+                f"client {c.id}'s link never leaves outage (SINR {10 * math.log10(up[i]):.1f}"
+                f" dB up, {10 * math.log10(down[i]):.1f} dB down, no fading); lower min_snr_db "
+                "or set network.max_transfer_s",
             )
 
     def _unit_gain(
@@ -96,28 +102,31 @@ class LinkChecks:
                          interference_psd_w_hz, 0.0, self.channel.spectral_efficiency)  # fmt: skip
 
     def _mean_rates(
-        self, bandwidth_hz: np.ndarray | float, power_w: np.ndarray | float
+        self, bandwidth_hz: np.ndarray | float, power_w: np.ndarray | float, min_sinr: float
     ) -> np.ndarray:
         """Every client's :meth:`mean_rate` (numpy without fading)."""
         if isinstance(self.channel.fading, NoFading):
             rate, sinr = self._unit_gain(bandwidth_hz, power_w)
-            return np.where(sinr >= self.min_sinr, rate, 0.0)
+            return np.where(sinr >= min_sinr, rate, 0.0)
         bandwidth = np.broadcast_to(bandwidth_hz, len(self.clients))
         power = np.broadcast_to(power_w, len(self.clients))
         return np.array(
             [
-                self.mean_rate(c, b, p)
+                self.mean_rate(c, b, p, min_sinr)
                 for c, b, p in zip(self.clients, bandwidth, power, strict=True)
             ]
         )
 
-    def mean_rate(self, client: ClientProfile, bandwidth_hz: float, power_w: float) -> float:
-        """A link's mean rate over fading blocks, counting outage blocks as carrying nothing
-        (a fixed sample of :data:`RATE_SAMPLE` gains; interference left out: best case)."""
+    def mean_rate(
+        self, client: ClientProfile, bandwidth_hz: float, power_w: float, min_sinr: float
+    ) -> float:
+        """A link's mean rate over fading blocks, counting blocks below ``min_sinr`` as
+        carrying nothing (a fixed sample of :data:`RATE_SAMPLE` gains; interference left
+        out: best case)."""
         budget = self.channel.budget(client.distance_m)
         rate, sinr = budget(bandwidth_hz, power_w, 1.0)
         if isinstance(self.channel.fading, NoFading):
-            return rate if sinr >= self.min_sinr else 0.0
+            return rate if sinr >= min_sinr else 0.0
         if self._gains is None:
             rng = numpy_rng(self.seed, "fading", "check")
             self._gains = np.array([self.channel.fading.draw(rng) for _ in range(RATE_SAMPLE)])
@@ -126,7 +135,7 @@ class LinkChecks:
             rates = np.full_like(sinrs, rate)
         else:
             rates = bandwidth_hz * np.log2(1.0 + sinrs)
-        return float(np.mean(np.where(sinrs >= self.min_sinr, rates, 0.0)))
+        return float(np.mean(np.where(sinrs >= min_sinr, rates, 0.0)))
 
     def check_transfer_times(
         self, nbytes: dict[int, int], what: str, round_s: float | None = None
@@ -139,8 +148,15 @@ class LinkChecks:
         meet (:meth:`_check_deadlines`; ``round_s``: ``protocol.deadline_s``)."""
         fading = not isinstance(self.channel.fading, NoFading)
         const = self.link_constants()
-        up = self._mean_rates(const["bandwidth_hz"], const["tx_power_w"])
-        rate = np.minimum(up, self._mean_rates(const["down_bandwidth_hz"], const["down_power_w"]))
+        up = self._mean_rates(
+            const["bandwidth_hz"], const["tx_power_w"], self.outage_sinr(self.config.uplink)
+        )
+        down = self._mean_rates(
+            const["down_bandwidth_hz"],
+            const["down_power_w"],
+            self.outage_sinr(self.config.downlink),
+        )
+        rate = np.minimum(up, down)
         size = np.zeros(len(self.clients), dtype=np.int64)  # clients are 0..n-1 (link_constants)
         size[list(nbytes)] = list(nbytes.values())
         moves = np.flatnonzero(size)  # the clients that move something, in id order

@@ -102,6 +102,16 @@ def _same(value: Any) -> Any:
     return value
 
 
+def _db(ratio: float) -> float:
+    return 10 * math.log10(ratio) if ratio > 0 else -math.inf
+
+
+def upload_key(job: int, attempt: int) -> tuple:
+    """The key naming an upload's fading and interference streams: its job (a synchronous
+    round's number) and its attempt."""
+    return ("job", job, attempt)
+
+
 class Network(ClosedForms, LinkChecks):
     """Times uplink and downlink transfers for a fixed set of clients (see the module docstring)."""
 
@@ -133,7 +143,6 @@ class Network(ClosedForms, LinkChecks):
         self.medium: Medium | None = None
         """With several cells, every transmitter on one :class:`Medium` (interference)."""
         self.coherence_s = config.coherence_ms / 1e3
-        self.min_sinr = 0.0 if config.min_snr_db is None else 10 ** (config.min_snr_db / 10)
         self.max_s = config.max_transfer_s or math.inf
         cell = config.uplink.total_bandwidth_mhz
         self.cell_hz = None if cell is None else cell * 1e6
@@ -171,6 +180,8 @@ class Network(ClosedForms, LinkChecks):
         self.power_control = POWER_CONTROLS.get(uplink.power)(uplink)
         self.allocation = ALLOCATIONS.get(uplink.allocation)(uplink)
         self.data_sizes: Sequence[int] | None = None  # told by the simulator (proportional)
+        self.due = math.inf
+        """When this round's uploads are due (the deadline protocol sets it; min_max aims at it)."""
 
     def bind(self, env: simpy.Environment) -> None:
         """Attach the network to the run's event clock (the simulator calls this)."""
@@ -293,7 +304,19 @@ class Network(ClosedForms, LinkChecks):
             numpy_rng(self.seed, "fading", direction, client, *key),
             self.coherence_s,
         )
-        return Reception(client, 8 * nbytes, budget, track, self.max_s, self.min_sinr)
+        return Reception(client, 8 * nbytes, budget, track, self.max_s, self.outage_sinr(link))
+
+    def pilot_snr_db(self, client: int, key: tuple) -> tuple[float, float]:
+        """What the base station measures of ``client``'s uplink from a pilot at full power
+        on its band, now, if the fading holds into its upload under ``key`` (its first
+        fading block): the SNR and the SNR without fading, dB (no other transmitter's
+        interference: the pilot has its own slot)."""
+        reception = self._reception("up", client, 0, key)
+        profile = self.clients[client]
+        band, power = profile.bandwidth_hz, profile.tx_power_w
+        _, faded = reception.rate(band, power, reception.track.gain(0))
+        _, mean = reception.rate(band, power, 1.0)
+        return _db(faded), _db(mean)
 
     # --- downlink ---------------------------------------------------------------------
     def downlink(
@@ -419,8 +442,9 @@ class Network(ClosedForms, LinkChecks):
             return on
 
         sizes = self.data_sizes
+        left = self.due - self.env.now  # type: ignore[union-attr]
         shares = [
-            Share(r.client, r.remaining, 1.0 if sizes is None else sizes[r.client], rate(r))
+            Share(r.client, r.remaining, 1.0 if sizes is None else sizes[r.client], rate(r), left)
             for r in receptions
         ]
         return self.allocation.bands(shares, total_hz)

@@ -37,6 +37,13 @@ class LinkConfig(Section):
         le=-50,
         description="interference PSD, dBm/Hz (scales with the bandwidth held)",
     )
+    min_snr_db: float | None = Field(
+        default=None,
+        ge=-100,
+        le=100,
+        description="outage in this direction: a fading block below this SINR carries "
+        "nothing (default: network.min_snr_db)",
+    )
 
     @model_validator(mode="after")
     def _one_unit(self) -> LinkConfig:

@@ -423,6 +423,7 @@ def deadline(sim: Simulation) -> Process:
     carried: list[Upload] = []
     for round_ in range(p.rounds):
         round_start = env.now
+        sim.network.due = round_start + p.deadline_s
         idle = [c for c in sim.trainers if c not in busy]
         selected = sim.select(round_, idle) if idle else []
         payloads, deliveries = yield from _start_round(sim, round_, selected)

@@ -190,6 +190,11 @@ def test_protocol_selection_still_chooses_the_policy_with_a_deprecation_warning(
         (["scheduling.policy=oort", "scheduling.exploration=-1"], "scheduling.exploration"),
         (["scheduling.d=3"], "scheduling.d: is a setting of scheduling"),
         (["protocol.selection=data_size", "scheduling.policy=oort"], "protocol.selection"),
+        (
+            ["scheduling.channel=pilot", "protocol.kind=fedasync"],
+            "scheduling.channel: 'pilot' measures each candidate's uplink for its round's upload",
+        ),
+        (["scheduling.channel=oracle"], "scheduling.channel"),
     ],
 )
 def test_bad_scheduling_settings_are_one_line(tiny, refused, overrides, field):
@@ -206,3 +211,68 @@ def test_age_and_round_robin_choose_alike_when_every_update_arrives(tiny):
     ]
     pd.testing.assert_series_equal(runs[0]["client"], runs[1]["client"])
     assert runs[0]["client"].value_counts().max() - runs[0]["client"].value_counts().min() <= 1
+
+
+PILOT = [
+    *QUICK,
+    "clients.count=8",
+    "protocol.clients_per_round=3",
+    "network.fading=rayleigh",
+    "network.coherence_ms=1e6",  # quasi-static: an upload is one fading block
+    "scheduling.channel=pilot",
+]
+
+
+@pytest.mark.parametrize("policy", ["best_channel", "proportional_fair"])
+def test_a_pilot_shows_the_channel_the_rounds_upload_starts_with(tiny, policy):
+    """Under ``scheduling.channel = pilot`` a chosen client's score is the SNR its upload
+    then has (one block, one cell, no interference): its upload's SINR, less, for
+    proportional fair, the SNR without fading, P g / (N0 B) by hand."""
+    result = mecsim.run(tiny, [*PILOT, f"scheduling.policy={policy}"], write=False)
+    up = result.events[result.events["phase"] == "upload"].set_index(["round", "client"])
+    chosen = result.decisions[result.decisions["decision"] == "schedule"]
+    clients = result.clients.set_index("client")
+    checked = 0
+    for d in chosen.itertuples():
+        c = clients.loc[d.client]
+        gain = 10 ** (-40 / 10) * c["distance_m"] ** -4.0
+        noise = 10 ** (-174 / 10) / 1e3 * c["bandwidth_mhz"] * 1e6
+        mean_db = 10 * math.log10(10 ** (c["tx_power_dbm"] / 10) / 1e3 * gain / noise)
+        snr = up.loc[(d.round, d.client), "snr_db"]
+        expected = snr if policy == "best_channel" else snr - mean_db
+        assert d.value == pytest.approx(expected, abs=1e-9)
+        checked += 1
+    assert checked == 4 * 3
+    # and it ranks by them: no unchosen client's pilot beats a chosen one's
+    assert (result.decisions["value"].notna()).all()
+
+
+def test_a_pilot_lets_proportional_fair_pick_the_round_best_fades(tiny):
+    """The rounds' chosen uploads start on better fades than uniform's (the point of
+    measuring the channel at the decision)."""
+    fades = {}
+    for policy in ("uniform", "proportional_fair"):
+        result = mecsim.run(tiny, [*PILOT, "protocol.rounds=12", f"scheduling.policy={policy}"],
+                            write=False)  # fmt: skip
+        up = result.events[result.events["phase"] == "upload"]
+        fades[policy] = up["snr_db"].mean()
+    assert fades["proportional_fair"] > fades["uniform"] + 3
+
+
+def test_an_uplink_threshold_leaves_the_downlink_alone(tiny):
+    """``network.uplink.min_snr_db`` puts uploads below it in outage (quasi-static
+    fading: they fail at max_transfer_s) while downloads below it still arrive."""
+    threshold = -12.0
+    result = mecsim.run(
+        tiny,
+        [*PILOT, "protocol.rounds=6", "network.max_transfer_s=60",
+         f"network.uplink.min_snr_db={threshold}"],
+        write=False,
+    )  # fmt: skip
+    events = result.events
+    up = events[events["direction"].eq("up") & events["client"].ge(0)]
+    down = events[events["phase"] == "download"]
+    assert (up.loc[up["phase"] == "upload", "snr_db"] >= threshold).all()
+    failed = up[up["phase"] == "upload:failed"]
+    assert len(failed) and (failed["snr_db"] < threshold).all()
+    assert (down["snr_db"] < threshold).any()  # arrived all the same

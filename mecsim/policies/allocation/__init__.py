@@ -13,6 +13,7 @@ One module per policy: ``fcfs``, ``equal``, ``proportional``, ``min_max``.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -30,6 +31,8 @@ class Share:
     """Its client's training samples (``proportional`` splits by them)."""
     rate: Callable[[float], float]
     """Its rate (bit/s) on a band of the given Hz (0 in outage)."""
+    time_left: float = math.inf
+    """Seconds until its round's deadline (``protocol.kind = "deadline"``; inf: none)."""
 
 
 class Allocation:

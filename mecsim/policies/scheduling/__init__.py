@@ -15,7 +15,7 @@ One module per policy, named as the policy: ``uniform``, ``data_size``,
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 import numpy as np
 from pydantic import Field
@@ -29,6 +29,12 @@ class SchedulingSettings(Section):
     """The ``[scheduling]`` table: the policy and its own keys."""
 
     policy: str = Field(default="uniform", description="the policy (mecsim list schedulers)")
+    channel: Literal["reported", "pilot"] = Field(
+        default="reported",
+        description="the channel the server ranks by: 'reported' (each client's last "
+        "transfer's SINR) or 'pilot' (each candidate's uplink measured at the decision, its "
+        "fading holding into the round's upload: a quasi-static round, Yang et al. 2020)",
+    )
 
 
 @dataclass(frozen=True)
@@ -50,7 +56,6 @@ class SchedulingPolicy:
     """True if it reads ``update_norm`` (the server then measures each update's norm)."""
     needs_history: ClassVar[bool] = True
     """False if it reads only ids, data sizes and device speeds (no reports kept)."""
-    """True if it reads ``update_norm`` (the server then measures each update's norm)."""
 
     def __init__(self, settings: SchedulingSettings) -> None:
         self.settings = settings
