@@ -60,6 +60,10 @@ COLUMNS = {
     "energy_j_per_client": "`energy_j` over the clients that train",
     "band_utilization": "band-time the uploads used over the cell band on offer while any "
     "upload was on the air",
+    "upload_phase_s": "s from a round's first upload start to its last upload end (mean over "
+    "rounds)",
+    "updates_per_round": "uploads that reached the server in a round (mean over rounds)",
+    "mean_pm_acc": "personalized accuracy averaged over the evaluated rounds",
     "new_clients": "clients held out of training that join after the last round",
     "new_client_acc": "the new clients' mean accuracy after adapting (per client, averaged "
     "as `evaluation.personal_mean` weighs it)",

@@ -175,11 +175,13 @@ def scheduling_section(table: pd.DataFrame) -> list[str]:
     intro = (
         "Clients a round took, Jain's index of how evenly clients took part (1: equally),\n"
         "the clients' mean transmit power over their air time, energy per client\n"
-        "(`summary.json`'s total, idle included), and the share of a finite cell band the\n"
-        "uploads used while any was on the air."
+        "(`summary.json`'s total, idle included), the share of a finite cell band the\n"
+        "uploads used while any was on the air, a round's upload phase (first start to last\n"
+        "end), the updates that reached the server a round, and the personalized accuracy\n"
+        "averaged over the evaluated rounds."
     )
     headers = ("clients/round", "participation fairness", "mean tx power W", "J per client",
-               "band utilization")  # fmt: skip
+               "band utilization", "upload phase s", "updates/round", "mean PM acc")  # fmt: skip
     cells: list[Cell] = [(h, fixed(c, 3)) for h, c in zip(headers, SCHEDULING_COLUMNS, strict=True)]
     return titled(title, intro, table, cells)
 

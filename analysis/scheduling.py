@@ -12,7 +12,12 @@ took, how evenly the clients took part, how hard and how long they transmitted.
   the band-time the uploads used, ``sum_i b_i d_i`` (each upload's mean band, its
   ``band`` decision, times its air time), over ``W`` times the time any upload was on
   the air: 1 when the band was never idle while someone uploaded (NaN without a cell
-  band or band decisions).
+  band or band decisions);
+* ``upload_phase_s`` - from a round's first upload start to its last upload's end
+  (failed ones included), the mean over the rounds with uploads;
+* ``updates_per_round`` - the rounds' mean ``updates`` (uploads that reached the server);
+* ``mean_pm_acc`` - the personalized accuracy averaged over the evaluated rounds (the
+  area under its curve per round: an early lead counts, a last-round dip does not rule).
 """
 
 from __future__ import annotations
@@ -32,6 +37,9 @@ SCHEDULING_COLUMNS = (
     "mean_tx_power_w",
     "energy_j_per_client",
     "band_utilization",
+    "upload_phase_s",
+    "updates_per_round",
+    "mean_pm_acc",
 )
 
 
@@ -92,4 +100,17 @@ def scheduling_measures(run: RunRecord) -> dict[str, float]:
         "band_utilization": band_utilization(
             events, run.decisions, float(band_mhz) * 1e6 if band_mhz else None
         ),
+        "upload_phase_s": upload_phase(sends),
+        "updates_per_round": float(rounds["updates"].mean()) if "updates" in rounds else math.nan,
+        "mean_pm_acc": float(rounds["personal_acc"].mean())
+        if "personal_acc" in rounds
+        else math.nan,
     }
+
+
+def upload_phase(sends: pd.DataFrame) -> float:
+    """The mean over rounds of the first upload's start to the last upload's end."""
+    if sends.empty:
+        return math.nan
+    spans = sends.groupby("round").agg(start=("t_start", "min"), end=("t_end", "max"))
+    return float((spans["end"] - spans["start"]).mean())
