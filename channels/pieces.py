@@ -84,19 +84,8 @@ class Pieces:
         until = np.append(ev_t[1:], t)
         until[last] = t
         span = until - ev_t
-        signal = a["share_p"][rows] * a["fade"][rows] * a["path_gain"][rows]
-        sinr = np.repeat(signal, counts) / (
-            np.repeat(a["noise_psd"][rows] * b, counts)
-            + (np.repeat(a["interference_w"][rows], counts) + heard)
-        )
-        rate = b_each * np.log2(1.0 + sinr)
-        efficiency = a["efficiency"][rows]
-        if not np.isnan(efficiency).all():
-            fixed = np.repeat(efficiency, counts)
-            rate = np.where(np.isnan(fixed), rate, fixed * b_each)
-        threshold = a["min_sinr"][rows]
-        if (threshold > 0).any():
-            rate = np.where(sinr >= np.repeat(threshold, counts), rate, 0.0)
+        link = {f: np.repeat(a[f][rows], counts) for f in LINK}
+        rate, sinr = fluid.link_rates(link, b_each, np.repeat(a["share_p"][rows], counts), heard)
         lead = log.t[at] - a["anchor"][rows]  # anchor to the first event
         a["remaining"][rows] -= a["rate"][rows] * lead + np.add.reduceat(rate * span, starts)
         a["sinr_time"][rows] += a["sinr"][rows] * lead + np.add.reduceat(sinr * span, starts)

@@ -237,7 +237,7 @@ def resume_problems(settings: list[str]) -> list[str]:
 
     # threads pinned: 'auto' samples the machine's load, and another thread count rounds
     # training's sums otherwise (a loaded machine gave the two runs different counts)
-    keys = [*settings, "output.checkpoint_every=1", "execution.threads=1"]
+    keys = [*settings, "output.checkpoint_every=1", "execution.threads=1", "output.figures=false"]
     wall = ["wall_s", "wall_train_s"]
     with tempfile.TemporaryDirectory(prefix="mecsim-check-") as tmp:
         whole = mecsim.run(copy.deepcopy(TINY), keys, out=Path(tmp, "whole"), executor="serial")

@@ -261,6 +261,11 @@ class OutputConfig(Section):
         default=False, description="replace an existing run directory mecsim wrote"
     )
     progress: bool = Field(default=True, description="show a progress bar")
+    figures: bool = Field(
+        default=True,
+        description="draw accuracy.png and accuracy.svg (false: skip them, about 0.4 s a run, "
+        "for sweeps of many runs)",
+    )
     events_csv: bool = Field(
         default=True,
         description="also write events.csv (events.parquet is always written); false for "

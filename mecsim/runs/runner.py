@@ -396,7 +396,8 @@ def write_run_directory(result: RunResult, run_dir: Path) -> None:
             lambda p: p.write_text(render_report(result.scenario.name, result.summary)),
         )
         source = result.summary["accuracy_source"]
-        if source != "none":  # a cost-only run without a curve has no accuracy to plot
+        # a cost-only run without a curve has no accuracy to plot
+        if source != "none" and result.scenario.output.figures:
             sc = result.scenario
             title = (
                 f"{sc.algorithm.name} / {sc.protocol.kind}\n"

@@ -299,3 +299,11 @@ def test_the_report_says_where_accuracy_comes_from(tiny, tmp_path, overrides, so
         assert note in report
     # no accuracy, no plot of it
     assert (tmp_path / "run" / "accuracy.png").exists() == (source != "none")
+
+
+def test_output_figures_false_skips_the_accuracy_plot_and_changes_no_table(tiny, tmp_path):
+    drawn = mecsim.run(tiny, [], out=tmp_path / "drawn")
+    bare = mecsim.run(tiny, ["output.figures=false"], out=tmp_path / "bare")
+    assert (tmp_path / "drawn" / "accuracy.png").is_file()
+    assert not list((tmp_path / "bare").glob("accuracy.*"))
+    pd.testing.assert_frame_equal(drawn.events, bare.events)
