@@ -262,9 +262,7 @@ class OutputConfig(Section):
     )
     progress: bool = Field(default=True, description="show a progress bar")
     figures: bool = Field(
-        default=True,
-        description="draw accuracy.png and accuracy.svg (false: skip them, about 0.4 s a run, "
-        "for sweeps of many runs)",
+        default=True, description="draw accuracy.png and .svg (false: skip, about 0.4 s a run)"
     )
     events_csv: bool = Field(
         default=True,
