@@ -13,7 +13,8 @@ SYNCHRONOUS = ("compute_and_wait", "wait_free", "deadline")
 def check_radio(scenario: Scenario) -> list[Problem]:
     """A policy that ranks by what training reports cannot choose in a cost-only run;
     bandwidth allocation needs a finite band; power control and allocation run on a
-    single static cell's links (unknown names are :func:`_check_names`')."""
+    single static cell's links; a pilot needs rounds and static clients (unknown names
+    are ``mecsim.config.validation``'s to refuse)."""
     problems = []
     policy = scenario.scheduling.policy
     if scenario.execution.cost_only and SCHEDULERS.get(policy).uses_training:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from mecsim.channels import NoFading, dbm_to_w
+from mecsim.channels import NoFading, db_to_linear, dbm_to_w
 from mecsim.channels.link import link_rate
 from mecsim.common.errors import ConfigError
 from mecsim.common.rng import numpy_rng
@@ -50,7 +50,7 @@ class LinkChecks:
         """The SINR (linear) below which a fading block of ``link``'s direction carries
         nothing: its own ``min_snr_db``, else ``network.min_snr_db`` (0: none)."""
         db = self.config.min_snr_db if link.min_snr_db is None else link.min_snr_db
-        return 0.0 if db is None else 10 ** (db / 10)
+        return 0.0 if db is None else db_to_linear(db)
 
     def _check_outage(self) -> None:
         """Without fading or a deadline, a link below ``min_snr_db`` would never finish: say so

@@ -29,11 +29,14 @@ TWINS = [
 ]
 
 
+def snr_hz(distance_m):
+    """P g(d) / N0 (Hz): the SNR on 1 Hz at 23 dBm and KAPC Table 4's path loss."""
+    return 10 ** (23 / 10) / 1e3 * 10 ** (-40 / 10) * distance_m**-4.0 / (10 ** (-174 / 10) / 1e3)
+
+
 def seconds_on(band_hz: float, bits: float) -> float:
-    """Air time of ``bits`` on ``band_hz`` at 23 dBm, 200 m (KAPC Table 4's path loss)."""
-    gain = 10 ** (-40 / 10) * 200.0**-4
-    snr = 10 ** (23 / 10) / 1e3 * gain / (10 ** (-174 / 10) / 1e3 * band_hz)
-    return bits / (band_hz * math.log2(1 + snr))
+    """Air time of ``bits`` on ``band_hz`` at 23 dBm, 200 m."""
+    return bits / (band_hz * math.log2(1 + snr_hz(200.0) / band_hz))
 
 
 @pytest.mark.parametrize("allocation", ["equal", "proportional", "min_max"])
@@ -129,10 +132,7 @@ class Unlike:
 
         self.brentq = brentq
         self.bits = 8.0 * up["bytes"].to_numpy()
-        distance = up["distance_m"].to_numpy()
-        self.snr_hz = (
-            10 ** (23 / 10) / 1e3 * 10 ** (-40 / 10) * distance**-4.0 / (10 ** (-174 / 10) / 1e3)
-        )
+        self.snr_hz = snr_hz(up["distance_m"].to_numpy())
 
     def rate(self, i: int, b: float) -> float:
         return b * math.log2(1 + self.snr_hz[i] / b)

@@ -74,12 +74,12 @@ def admitted(live: Sequence[Share], total_hz: float) -> list[float]:
         for s in live
     ]
     bands, left = [0.0] * len(live), total_hz
-    late = []
-    for i in sorted(range(len(live)), key=lambda i: need[i]):
-        if need[i] <= left and not late:
-            bands[i], left = need[i], left - need[i]
-        else:
-            late.append(i)
+    order, late = sorted(range(len(live)), key=lambda i: need[i]), []
+    for k, i in enumerate(order):
+        if need[i] > left:  # needs ascend: every later one is late too
+            late = order[k:]
+            break
+        bands[i], left = need[i], left - need[i]
     if late and left > 0:
         for i, band in zip(late, common_end([live[i] for i in late], left)[1], strict=True):
             bands[i] = band
