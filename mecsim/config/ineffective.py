@@ -20,7 +20,7 @@ def _changed(section: BaseModel, key: str) -> bool:
 def ineffective_settings(scenario: Scenario) -> list[str]:
     """Settings given in the scenario that change nothing in it, one line each: handover
     keys without moving clients, a medium engine with one cell, a backhaul without the
-    hierarchical protocol, a Ray address without the Ray executor."""
+    hierarchical protocol, min_classes without the client-wise Dirichlet, a Ray address without the Ray executor."""
     found = []
     network = scenario.network
     if scenario.clients.mobility.model == "static":
@@ -33,6 +33,11 @@ def ineffective_settings(scenario: Scenario) -> list[str]:
         found.append("network.medium has no effect: one cell has no shared medium (network.cells)")
     if _changed(network, "backhaul") and scenario.protocol.kind != "hierarchical":
         found.append("network.backhaul has no effect: only protocol.kind = 'hierarchical' uses it")
+    data = scenario.data
+    if _changed(data, "min_classes") and data.partition != "dirichlet_clients":
+        found.append(
+            "data.min_classes has no effect: only data.partition = 'dirichlet_clients' uses it"
+        )
     execution = scenario.execution
     if execution.ray_address is not None and execution.executor != "ray":
         found.append(

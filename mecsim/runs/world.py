@@ -282,6 +282,7 @@ def partition_clients(dataset: Dataset, data: DataConfig, count: int, seed: int)
         num_clients=count,
         seed=seed,
         alpha=data.alpha,
+        min_classes=data.min_classes,
         classes_per_client=data.classes_per_client,
         quantity_skew=data.quantity_skew,
         lognormal_sigma=data.lognormal_sigma,

@@ -18,6 +18,7 @@ QUICKSTART = str(Path(__file__).resolve().parents[2] / "scenarios" / "quickstart
         ("network.backhaul.rate_mbps=10", "network.backhaul has no effect"),
         ('execution.ray_address="auto"', "execution.ray_address has no effect"),
         ('network.medium="stepping"', "network.medium has no effect"),
+        ("data.min_classes=3", "data.min_classes has no effect"),
     ],
 )
 def test_a_setting_without_effect_is_one_warning_line(caplog, setting, says):

@@ -57,6 +57,7 @@ def build_client_data(
     num_clients: int,
     seed: int,
     alpha: float = 0.5,
+    min_classes: int = 1,
     classes_per_client: int = 2,
     quantity_skew: str = "none",
     lognormal_sigma: float = 2.0,
@@ -75,6 +76,7 @@ def build_client_data(
         num_clients: number of clients N.
         seed: scenario seed.
         alpha: Dirichlet concentration (``dirichlet``).
+        min_classes: Dirichlet draws a client's class mix averages (``dirichlet_clients``).
         classes_per_client: classes per client k (``classes``).
         quantity_skew: ``"none"`` or ``"lognormal"`` (client sizes ~ lognormal(0, sigma)).
         lognormal_sigma: sigma of the lognormal quantity skew.
@@ -113,6 +115,7 @@ def build_client_data(
         numpy_rng(seed, "partition"),
         weights=weights,
         alpha=alpha,
+        min_classes=min_classes,
         classes_per_client=classes_per_client,
         min_samples=min_samples,
         natural_partition=dataset.natural_partition,

@@ -9,7 +9,7 @@ A partition function has the signature::
 ``lognormal_weights``). It returns each client's sorted int64 indices into the
 training set as :class:`Parts` (a list that also says how often a random draw
 was repeated); clients never share a sample. Options a partition does not use
-are ignored (``alpha``, ``classes_per_client``, ``min_samples``,
+are ignored (``alpha``, ``min_classes``, ``classes_per_client``, ``min_samples``,
 ``natural_partition``).
 """
 
@@ -143,6 +143,23 @@ def dirichlet(
     )
 
 
+def class_mix(rng: np.random.Generator, concentration: np.ndarray, draws: int) -> np.ndarray:
+    """One client's class mix: the mean of ``draws`` Dirichlet draws, each over the
+    classes that no earlier draw led (its largest share), so ``draws`` classes lead one
+    draw each and hold at least ``1 / (draws * classes)`` of the mix."""
+    concentration = np.maximum(concentration, 1e-300)
+    if draws == 1:
+        return rng.dirichlet(concentration)
+    mix = np.zeros(len(concentration))
+    open_classes = np.ones(len(concentration), dtype=bool)
+    for _ in range(draws):
+        draw = np.zeros(len(concentration))
+        draw[open_classes] = rng.dirichlet(concentration[open_classes])
+        mix += draw / draws
+        open_classes[np.argmax(draw)] = False
+    return mix
+
+
 @PARTITIONS.register(
     "dirichlet_clients", "label skew: each client's class mix ~ Dir(alpha p) (Hsu et al.)"
 )
@@ -153,6 +170,7 @@ def dirichlet_clients(
     *,
     weights: np.ndarray | None = None,
     alpha: float = 0.5,
+    min_classes: int = 1,
     min_samples: int = 2,
     **_options: object,
 ) -> Parts:
@@ -168,14 +186,24 @@ def dirichlet_clients(
     clients at alpha = 0.01 all have data (where ``dirichlet``, which splits each
     class over the clients, leaves most of them empty); clients late in the order
     find some classes exhausted, so their mix follows q_k as far as the pool allows.
+
+    With ``min_classes = m > 1`` (``data.min_classes``), q_k is the mean of m draws,
+    each a Dir(alpha p) over the classes no earlier draw led (see :func:`class_mix`):
+    at alpha = 0.01 a client holds about 1/m of each of m classes, where one draw
+    makes it nearly single-class.
     """
     sizes = split_counts(len(labels), num_clients, weights, min_samples)
     present = np.unique(labels)
+    if not 1 <= min_classes <= len(present):
+        raise ConfigError(
+            "data.min_classes",
+            f"must lie in [1, {len(present)}] (the classes), got {min_classes}",
+        )
     pools = [list(rng.permutation(np.flatnonzero(labels == c))) for c in present]
     prior = np.array([len(p) for p in pools], dtype=np.float64) / len(labels)
     chunks: list[list[np.ndarray]] = [[] for _ in range(num_clients)]
     for client, size in enumerate(sizes):
-        mix = rng.dirichlet(np.maximum(alpha * prior, 1e-300))
+        mix = class_mix(rng, alpha * prior, min_classes)
         needed = int(size)
         while needed > 0:
             left = np.array([len(p) for p in pools], dtype=np.float64)

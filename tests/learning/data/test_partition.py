@@ -194,3 +194,49 @@ def test_client_wise_dirichlet_follows_sizes_and_mixes_at_large_alpha():
     assert np.corrcoef(sizes, weights)[0, 1] > 0.99
     first = np.bincount(labels[parts[0]], minlength=10) / sizes[0]  # drawn from the full pool
     assert np.abs(first - 0.1).max() < 0.1 and (first > 0).all()  # sampling: 5 sigma
+
+
+def test_class_mix_of_m_draws_gives_m_led_classes_a_share_each():
+    """At alpha = 0.01 one Dirichlet draw is nearly one class; m draws, each over the classes
+    no earlier draw led, give m classes about 1/m each, and at least 1/(m C) each."""
+    from mecsim.learning.data.partition import class_mix
+
+    concentration = np.full(10, 0.001)
+    for m in (1, 2, 3, 5):
+        mix = class_mix(np.random.default_rng(m), concentration, m)
+        assert mix.sum() == pytest.approx(1.0)
+        led = np.sort(mix)[::-1][:m]
+        assert led.min() >= 1 / (m * 10) and led.sum() > 0.99
+    single = class_mix(np.random.default_rng(4), concentration, 1)  # m = 1: Hsu et al.'s draw
+    np.testing.assert_array_equal(single, np.random.default_rng(4).dirichlet(concentration))
+
+
+def test_client_wise_dirichlet_refuses_more_min_classes_than_classes():
+    from mecsim.learning.data.partition import dirichlet_clients
+
+    with pytest.raises(ConfigError, match=r"data.min_classes.*\[1, 10\]"):
+        dirichlet_clients(LABELS, 5, np.random.default_rng(0), alpha=0.01, min_classes=11)
+
+
+def test_comet_cifar10_partition_leaves_fewer_than_half_the_clients_single_class():
+    """Issue 48 item 7: the shipped COMET CIFAR-10 data keys on CIFAR-10's label counts
+    (100 clients, seed 0). Client-wise Dir(0.01) alone makes 85 clients single-class."""
+    from pathlib import Path
+
+    from mecsim.config.scenario import load_scenario
+
+    root = Path(__file__).resolve().parents[3]
+    scenario = load_scenario(root / "scenarios" / "comet_cifar10.toml")
+    data = scenario.data
+    labels = np.repeat(np.arange(10), 5000)
+    parts = PARTITIONS.get(data.partition)(
+        labels,
+        scenario.clients.count,
+        numpy_rng(0, "partition"),
+        alpha=data.alpha,
+        min_classes=data.min_classes,
+        min_samples=data.min_samples,
+    )
+    single = sum(len(np.unique(labels[p])) == 1 for p in parts)
+    assert scenario.clients.count == 100 and data.alpha == 0.01
+    assert single < 50
