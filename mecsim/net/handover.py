@@ -11,8 +11,15 @@ strongest cell then. For ``handover_interruption_s`` after it the client
 sends and receives nothing and measures nothing.
 
 The schedule depends only on the trajectories, so it is computed ahead of the
-simulation as far as it is asked for, one tick for all clients at a time, and
-kept as a list of :class:`Handover` records in time order.
+simulation as far as it is asked for, one tick at a time, and kept as a list of
+:class:`Handover` records in time order. A tick measures only the clients that
+could hand over at it: with path gain ``K d^-n`` and no client faster than ``v``,
+a client whose every other cell ``c`` needs it to move ``x_c = (rho_c d_c - d_s) /
+(1 + rho_c)`` (``rho_c = (margin P_s / P_c)^(1/n)``) before ``P_c K d_c^-n`` can
+pass ``margin`` times its serving cell's power cannot meet the A3 condition for
+``min_c x_c / (v tick)`` ticks, so it is measured next after them. The
+condition is false at every skipped tick, so the schedule is the one every
+client measured at every tick would give (``tests/net/test_handover.py``).
 """
 
 from __future__ import annotations
@@ -26,6 +33,9 @@ import numpy as np
 from mecsim.channels import LogDistancePathLoss
 from mecsim.net.geometry import Cell
 from mecsim.net.mobility import Trajectories
+
+MAX_QUIET_TICKS = 1 << 40
+"""A client that cannot hand over (static, or one cell) is measured again after this many."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +75,10 @@ class HandoverSchedule:
         self._candidate = np.full(n, -1)
         self._since = np.zeros(n, dtype=np.int64)
         self._busy_until = np.full(n, -math.inf)  # interrupted: no measurements
+        self._next_check = np.zeros(n, dtype=np.int64)  # the next tick that measures it
+        speed = trajectories.max_speed_mps
+        self._reach = None if speed is None or pathloss.exponent <= 0 else speed * tick_s
+        """How far a client can move in one tick (m); None: measure every client every tick."""
         self.ticks = 0
         """Ticks evaluated: the schedule is known for times before ``ticks * tick_s``."""
         self.handovers: list[Handover] = []
@@ -74,40 +88,73 @@ class HandoverSchedule:
     def tick_time(self, k: int) -> float:
         return k * self.tick_s
 
-    def received_w(self, t: float) -> np.ndarray:
+    def received_w(self, t: float, clients: np.ndarray | None = None) -> np.ndarray:
         """[client x cell] mean received power at time ``t``, W (per W of noise: path
-        gain times the cell's power)."""
-        x, y = self.trajectories.positions(t)
+        gain times the cell's power), of every client or of ``clients``."""
+        return self._received(self._squared_distances(t, clients))
+
+    def _squared_distances(self, t: float, clients: np.ndarray | None) -> np.ndarray:
+        if clients is None:
+            x, y = self.trajectories.positions(t)
+        else:
+            x, y = self.trajectories.positions_of(t, clients)
         squared = x[:, None] - self._bx[None, :]  # in place: [client x cell] arrays are big
         np.multiply(squared, squared, out=squared)
         dy = y[:, None] - self._by[None, :]
         np.multiply(dy, dy, out=dy)
         np.add(squared, dy, out=squared)
-        np.maximum(squared, 1e-18, out=squared)
+        return np.maximum(squared, 1e-18, out=squared)
+
+    def _received(self, squared: np.ndarray) -> np.ndarray:
         gain = self.pathloss.gain_of_squared(squared)
         return np.multiply(gain, self._power[None, :], out=gain)
 
     def _evaluate(self, k: int) -> None:
         t = self.tick_time(k)
-        power = self.received_w(t)
-        rows = np.arange(len(self.serving))
+        clients = np.flatnonzero(self._next_check <= k)
+        squared = self._squared_distances(t, clients)
+        power = self._received(squared)
+        rows, serving = np.arange(len(clients)), self.serving[clients]
         best = np.argmax(power, axis=1)
-        stronger = (best != self.serving) & (
-            power[rows, best] > self.margin * power[rows, self.serving]
-        )
-        stronger &= self._busy_until <= t
-        new = stronger & (self._candidate != best)
-        self._since = np.where(new, k, self._since)
-        self._candidate = np.where(stronger, best, -1)
-        due = stronger & (k - self._since >= self.trigger_ticks)
-        for c in np.flatnonzero(due).tolist():
-            h = Handover(t, c, int(self.serving[c]), int(best[c]))
+        stronger = (best != serving) & (power[rows, best] > self.margin * power[rows, serving])
+        stronger &= self._busy_until[clients] <= t
+        new = stronger & (self._candidate[clients] != best)
+        self._since[clients[new]] = k
+        self._candidate[clients] = np.where(stronger, best, -1)
+        due = stronger & (k - self._since[clients] >= self.trigger_ticks)
+        for i in np.flatnonzero(due).tolist():
+            c = int(clients[i])
+            h = Handover(t, c, int(serving[i]), int(best[i]))
             self.handovers.append(h)
             self._times.append(t)
             self._by_client.setdefault(c, []).append(h)
-        self.serving = np.where(due, best, self.serving)
-        self._busy_until = np.where(due, t + self.interruption_s, self._busy_until)
-        self._candidate = np.where(due, -1, self._candidate)
+        moved = clients[due]
+        self.serving[moved] = best[due]
+        self._busy_until[moved] = t + self.interruption_s
+        self._candidate[moved] = -1
+        watch = stronger | (self._busy_until[clients] > t)  # measured again at the next tick
+        self._next_check[clients] = k + 1 + self._quiet_ticks(squared, serving, watch)
+
+    def _quiet_ticks(
+        self, squared: np.ndarray, serving: np.ndarray, watch: np.ndarray
+    ) -> np.ndarray:
+        """Ticks after this one at which no other cell can pass the margin over the serving
+        one (the module's bound), 0 for ``watch`` clients or without a speed bound."""
+        if self._reach is None:
+            return np.zeros(len(serving), dtype=np.int64)
+        distance = np.sqrt(squared)
+        rows = np.arange(len(serving))
+        own = distance[rows, serving][:, None]
+        ratio = (self.margin * self._power[serving][:, None] / self._power[None, :]) ** (
+            1.0 / self.pathloss.exponent
+        )
+        room = (ratio * distance - own) / (1.0 + ratio) - 1e-9 * (distance + own)
+        room[rows, serving] = np.inf
+        with np.errstate(divide="ignore", invalid="ignore"):  # reach 0: clients stand still
+            ticks = np.floor(np.min(room, axis=1) / self._reach)
+        ticks = np.clip(np.nan_to_num(ticks, nan=0.0), 0, MAX_QUIET_TICKS).astype(np.int64)
+        ticks[watch] = 0
+        return ticks
 
     def advance(self, t: float) -> None:
         """Evaluate every tick at or before ``t``."""

@@ -45,9 +45,19 @@ class Trajectories:
         self.x0 = np.asarray(x_m, dtype=float)
         self.y0 = np.asarray(y_m, dtype=float)
 
+    @property
+    def max_speed_mps(self) -> float | None:
+        """No client moves faster than this (m/s; None: no bound is known)."""
+        return 0.0
+
     def positions(self, t: float) -> tuple[np.ndarray, np.ndarray]:
         """(x, y) of every client at time ``t`` (s), m."""
         return self.x0, self.y0
+
+    def positions_of(self, t: float, clients: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(x, y) of ``clients`` (indices) at time ``t``: :meth:`positions` of those rows."""
+        x, y = self.positions(t)
+        return x[clients], y[clients]
 
 
 class RandomWaypoint(Trajectories):
@@ -86,18 +96,31 @@ class RandomWaypoint(Trajectories):
         self.legs.append(np.stack([depart, arrive, self._next_x, self._next_y, to_x, to_y]))
         self._next_x, self._next_y, self._free_at = to_x, to_y, arrive + self.pause_s
 
-    def leg_at(self, t: float) -> np.ndarray:
-        """[6 x n]: each client's leg under way (or paused after) at ``t``."""
+    @property
+    def max_speed_mps(self) -> float:
+        return float(self.speed[1])
+
+    def leg_at(self, t: float, clients: np.ndarray | None = None) -> np.ndarray:
+        """[6 x n]: each client's (or each of ``clients``') leg under way (or paused
+        after) at ``t``."""
         while float(self._free_at.min()) <= t:
             self._draw_leg()
         if self._stacked is None or len(self._stacked) != len(self.legs):
             self._stacked = np.stack(self.legs)  # [legs x 6 x n]
-        legs = self._stacked
-        index = (legs[:, 0, :] <= t).sum(axis=0) - 1
-        return legs[index, :, np.arange(len(self.x0))].T
+        rows = np.arange(len(self.x0)) if clients is None else clients
+        departs = self._stacked[:, 0, :] if clients is None else self._stacked[:, 0, clients]
+        index = (departs <= t).sum(axis=0) - 1
+        return self._stacked[index, :, rows].T
 
     def positions(self, t: float) -> tuple[np.ndarray, np.ndarray]:
-        depart, arrive, x0, y0, x1, y1 = self.leg_at(t)
+        return self._interpolate(t, self.leg_at(t))
+
+    def positions_of(self, t: float, clients: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return self._interpolate(t, self.leg_at(t, clients))
+
+    @staticmethod
+    def _interpolate(t: float, legs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        depart, arrive, x0, y0, x1, y1 = legs
         with np.errstate(invalid="ignore", divide="ignore"):
             done = np.where(arrive > depart, (t - depart) / (arrive - depart), 1.0)
         done = np.clip(done, 0.0, 1.0)
@@ -133,6 +156,11 @@ class GaussMarkov(Trajectories):
         self._direction = rng.uniform(0.0, 2 * math.pi, n)
         self._mean_direction = self._direction.copy()
         self.xs, self.ys = [self.x0], [self.y0]
+
+    @property
+    def max_speed_mps(self) -> float:
+        """Speeds are clipped to the range, and a mirrored step is no longer than its path."""
+        return float(self.speed[1])
 
     def _step(self) -> None:
         k = len(self.xs) - 1
@@ -213,6 +241,20 @@ class TraceMobility(Trajectories):
         self.x = np.where(pad, self.x[np.arange(n), last][:, None], self.x)
         self.y = np.where(pad, self.y[np.arange(n), last][:, None], self.y)
         self.x0, self.y0 = self.positions(0.0)
+
+    @property
+    def max_speed_mps(self) -> float | None:
+        """The fastest move between a client's consecutive rows (None: two rows at one time
+        in different places)."""
+        with np.errstate(invalid="ignore"):  # inf - inf where rows are padded
+            dt = np.diff(self.t, axis=1)
+        step = np.hypot(np.diff(self.x, axis=1), np.diff(self.y, axis=1))
+        moved = step > 0
+        if not moved.any():
+            return 0.0
+        if not (dt[moved] > 0).all():
+            return None
+        return float(np.max(step[moved] / dt[moved]))
 
     def positions(self, t: float) -> tuple[np.ndarray, np.ndarray]:
         n = len(self.t)

@@ -197,3 +197,43 @@ def test_gain_tables_filled_lazily_are_those_of_each_ticks_positions():
                     d = math.hypot(x[c] - CELLS[radio].x_m, y[c] - CELLS[radio].y_m)
                     expected = CELLS[radio].tx_power_w * PATHLOSS.gain(d)
                     assert table[c, r] == pytest.approx(expected, rel=1e-13, abs=0)
+
+
+@pytest.mark.parametrize(("margin", "ttt", "interruption"), [(3.0, 0.1, 0.05), (0.0, 0.0, 0.0)])
+def test_measuring_only_clients_that_could_hand_over_gives_every_ticks_schedule(
+    margin, ttt, interruption
+):
+    """Issue 52: a tick measures the clients whose bound has run out (the module's
+    closed form); the schedule equals measuring every client at every tick, with a
+    fraction of the measurements."""
+    from mecsim.net.mobility import RandomWaypoint
+
+    ring = [(600 * math.cos(a), 600 * math.sin(a)) for a in np.arange(6) * math.pi / 3]
+    sites = np.array([(0.0, 0.0), *ring])
+    cells = [Cell(i, x, y, 20e6, 10 ** (i % 3), "edge") for i, (x, y) in enumerate(sites)]
+    rng = np.random.default_rng(3)
+    x, y = rng.uniform(-900, 900, 300), rng.uniform(-900, 900, 300)
+    start = np.argmin(np.hypot(x[:, None] - sites[:, 0], y[:, None] - sites[:, 1]), axis=1)
+
+    def run(bounded: bool) -> tuple[list[Handover], int]:
+        walk = RandomWaypoint(x, y, (-900.0, -900.0, 900.0, 900.0), (10.0, 30.0), 0.5, seed=1)
+        s = HandoverSchedule(walk, cells, PATHLOSS, 0.01, margin, ttt, interruption, start)
+        if not bounded:
+            s._reach = None  # the reference: every client at every tick
+        measured = 0
+        for k in range(3000):  # 30 s
+            measured += int((s._next_check <= k).sum())
+            s._evaluate(k)
+        return s.handovers, measured
+
+    bounded, measured = run(True)
+    every, all_ticks = run(False)
+    assert len(every) > 50 and bounded == every
+    assert measured < 0.2 * all_ticks
+
+
+def test_a_traces_speed_bound_is_its_fastest_row_to_row_move():
+    assert line(100.0, 900.0, 12.5).max_speed_mps == pytest.approx(12.5)
+    jump = Trace(np.array([0.0, 1.0, 1.0]), np.array([0, 0, 0]),
+                 np.array([0.0, 5.0, 9.0]), np.zeros(3))  # fmt: skip
+    assert TraceMobility(np.zeros(1), np.zeros(1), jump).max_speed_mps is None  # no bound
