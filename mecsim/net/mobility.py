@@ -81,6 +81,11 @@ class RandomWaypoint(Trajectories):
         self.legs: list[np.ndarray] = []
         self._stacked: np.ndarray | None = None
         self._next_x, self._next_y, self._free_at = self.x0.copy(), self.y0.copy(), np.zeros(n)
+        self._rows = np.arange(n)
+        # the leg each client is on (or paused after) at _current_t: [6 x n], its index
+        self._current: np.ndarray | None = None
+        self._index = np.zeros(n, dtype=np.int64)
+        self._current_t = -math.inf
 
     def _draw_leg(self) -> None:
         j = len(self.legs)
@@ -107,10 +112,17 @@ class RandomWaypoint(Trajectories):
             self._draw_leg()
         if self._stacked is None or len(self._stacked) != len(self.legs):
             self._stacked = np.stack(self.legs)  # [legs x 6 x n]
-        rows = np.arange(len(self.x0)) if clients is None else clients
-        departs = self._stacked[:, 0, :] if clients is None else self._stacked[:, 0, clients]
-        index = (departs <= t).sum(axis=0) - 1
-        return self._stacked[index, :, rows].T
+        if self._current is None or t < self._current_t:  # count the legs begun by t
+            index = (self._stacked[:, 0, :] <= t).sum(axis=0) - 1
+            self._index, self._current = index, self._stacked[index, :, self._rows].T.copy()
+        else:  # later than the last call: move on the clients whose next leg has begun
+            ahead = np.flatnonzero(self._current[1] + self.pause_s <= t)
+            while len(ahead):
+                self._index[ahead] += 1
+                self._current[:, ahead] = self._stacked[self._index[ahead], :, ahead].T
+                ahead = ahead[self._current[1, ahead] + self.pause_s <= t]
+        self._current_t = t
+        return self._current if clients is None else self._current[:, clients]
 
     def positions(self, t: float) -> tuple[np.ndarray, np.ndarray]:
         return self._interpolate(t, self.leg_at(t))

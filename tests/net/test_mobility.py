@@ -66,6 +66,21 @@ def test_trajectories_do_not_depend_on_the_order_they_are_asked_in():
     assert not np.array_equal(other[0], far[0])  # the seed matters
 
 
+def test_random_waypoint_moved_on_from_its_last_call_gives_the_positions_counted_afresh():
+    """Issue 52: a later time moves each client on from its last leg (a few clients a
+    tick); the positions equal those counted afresh from every leg begun by then."""
+    x, y = start(200, 4)
+    walked = RandomWaypoint(x, y, AREA, (10.0, 30.0), 0.5, 4)
+    counted = RandomWaypoint(x, y, AREA, (10.0, 30.0), 0.5, 4)
+    for t in [*np.arange(0.0, 120.0, 0.01).tolist(), 7.5, 60.0, 119.99, 0.0, 333.3]:
+        counted._current = None  # forget the last call: count the legs begun by t
+        fresh = counted.positions(t)
+        now = walked.positions(t)
+        assert np.array_equal(now[0], fresh[0]) and np.array_equal(now[1], fresh[1]), t
+        some = np.array([3, 50, 199])
+        assert np.array_equal(walked.positions_of(t, some)[1], fresh[1][some])
+
+
 def test_gauss_markov_stays_inside_its_area_and_within_its_speeds():
     x, y = start(50)
     gm = GaussMarkov(x, y, AREA, (5.0, 15.0), 0.75, 1.0, 3)
