@@ -74,10 +74,11 @@ class EventMedium(Medium, Pieces):
         """Counts changes of state (the next change point is cached per instant and version)."""
         self._next: tuple | None = None
 
-    def add(self, transmitter: SharedTransmitter, site: Site) -> SharedTransmitter:
-        self._spent_at = np.append(self._spent_at, self.now)
-        self._on_cell = np.append(self._on_cell, site.cell)
-        return super().add(transmitter, site)
+    def add_all(self, placed: list[tuple[SharedTransmitter, Site]]) -> list[SharedTransmitter]:
+        self._spent_at = np.concatenate([self._spent_at, np.full(len(placed), self.now)])
+        cells = np.array([site.cell for _, site in placed], dtype=np.int64)
+        self._on_cell = np.concatenate([self._on_cell, cells])
+        return super().add_all(placed)
 
     # --- transmissions ---------------------------------------------------------------------
     def _energy_now(self, x: int) -> float:

@@ -183,17 +183,22 @@ class Medium(Interference):
     # --- transmitters and transmissions ----------------------------------------------------
     def add(self, transmitter: SharedTransmitter, site: Site) -> SharedTransmitter:
         """Put ``transmitter`` on the medium at ``site``."""
-        self._index[id(transmitter)] = len(self.transmitters)
-        self.transmitters.append(transmitter)
-        self.sites[id(transmitter)] = site
-        self.active_count = np.append(self.active_count, 0)
-        self._energy = np.append(self._energy, 0.0)
-        if site.client >= 0:
-            self.uplink_of[site.client] = transmitter
-        else:
-            self.radio_of[site.cell] = transmitter
+        return self.add_all([(transmitter, site)])[0]
+
+    def add_all(self, placed: list[tuple[SharedTransmitter, Site]]) -> list[SharedTransmitter]:
+        """Put each transmitter on the medium at its site, the arrays grown once."""
+        for transmitter, site in placed:
+            self._index[id(transmitter)] = len(self.transmitters)
+            self.transmitters.append(transmitter)
+            self.sites[id(transmitter)] = site
+            if site.client >= 0:
+                self.uplink_of[site.client] = transmitter
+            else:
+                self.radio_of[site.cell] = transmitter
+        self.active_count = np.concatenate([self.active_count, np.zeros(len(placed), np.int64)])
+        self._energy = np.concatenate([self._energy, np.zeros(len(placed))])
         self._static = self._one_band = self._band_order = None
-        return transmitter
+        return [transmitter for transmitter, _ in placed]
 
     @property
     def active(self) -> list[Transmission]:

@@ -241,14 +241,14 @@ class Network(ClosedForms, LinkChecks):
             motion,
             self.channel.pathloss.gain_of_squared,
         )
-        self._radios = [
-            medium.add(SharedTransmitter(c.bandwidth_hz, c.tx_power_w), Site(c.x_m, c.y_m, c.id, "down"))
+        self._radios = medium.add_all([
+            (SharedTransmitter(c.bandwidth_hz, c.tx_power_w), Site(c.x_m, c.y_m, c.id, "down"))
             for c in cells
-        ]  # fmt: skip
-        self._uplinks = [
-            medium.add(SharedTransmitter(c.bandwidth_hz, c.tx_power_w), Site(c.x_m, c.y_m, c.cell, "up", c.id))
+        ])  # fmt: skip
+        self._uplinks = medium.add_all([
+            (SharedTransmitter(c.bandwidth_hz, c.tx_power_w), Site(c.x_m, c.y_m, c.cell, "up", c.id))
             for c in clients
-        ]  # fmt: skip
+        ])  # fmt: skip
         return medium
 
     def _resent(self, transmission: Transmission, continued: Transmission) -> None:
