@@ -60,6 +60,21 @@ class Trajectories:
         return x[clients], y[clients]
 
 
+@dataclass
+class _Cursor:
+    """Each client's leg under way (or paused after) at ``t``: ``legs`` [6 x n], their
+    ``index`` in the drawn legs."""
+
+    t: float
+    index: np.ndarray
+    legs: np.ndarray
+
+
+MAX_CURSORS = 4
+"""Cursors kept: the handover schedule, which looks ahead, and the medium's ticks each
+move forward in time from their own."""
+
+
 class RandomWaypoint(Trajectories):
     """Random waypoint: straight legs to uniform destinations, uniform speeds, pauses."""
 
@@ -82,10 +97,7 @@ class RandomWaypoint(Trajectories):
         self._stacked: np.ndarray | None = None
         self._next_x, self._next_y, self._free_at = self.x0.copy(), self.y0.copy(), np.zeros(n)
         self._rows = np.arange(n)
-        # the leg each client is on (or paused after) at _current_t: [6 x n], its index
-        self._current: np.ndarray | None = None
-        self._index = np.zeros(n, dtype=np.int64)
-        self._current_t = -math.inf
+        self._cursors: list[_Cursor] = []
 
     def _draw_leg(self) -> None:
         j = len(self.legs)
@@ -112,17 +124,28 @@ class RandomWaypoint(Trajectories):
             self._draw_leg()
         if self._stacked is None or len(self._stacked) != len(self.legs):
             self._stacked = np.stack(self.legs)  # [legs x 6 x n]
-        if self._current is None or t < self._current_t:  # count the legs begun by t
+        cursor = self._cursor(t)
+        ahead = np.flatnonzero(cursor.legs[1] + self.pause_s <= t)  # next leg begun by t
+        while len(ahead):
+            cursor.index[ahead] += 1
+            cursor.legs[:, ahead] = self._stacked[cursor.index[ahead], :, ahead].T
+            ahead = ahead[cursor.legs[1, ahead] + self.pause_s <= t]
+        cursor.t = t
+        return cursor.legs if clients is None else cursor.legs[:, clients]
+
+    def _cursor(self, t: float) -> _Cursor:
+        """The latest cursor at or before ``t`` (callers advancing in time each keep
+        theirs), or a new one that counts the legs begun by ``t``."""
+        behind = [c for c in self._cursors if c.t <= t]
+        if behind:
+            cursor = max(behind, key=lambda c: c.t)
+            self._cursors.remove(cursor)
+        else:
+            assert self._stacked is not None
             index = (self._stacked[:, 0, :] <= t).sum(axis=0) - 1
-            self._index, self._current = index, self._stacked[index, :, self._rows].T.copy()
-        else:  # later than the last call: move on the clients whose next leg has begun
-            ahead = np.flatnonzero(self._current[1] + self.pause_s <= t)
-            while len(ahead):
-                self._index[ahead] += 1
-                self._current[:, ahead] = self._stacked[self._index[ahead], :, ahead].T
-                ahead = ahead[self._current[1, ahead] + self.pause_s <= t]
-        self._current_t = t
-        return self._current if clients is None else self._current[:, clients]
+            cursor = _Cursor(t, index, self._stacked[index, :, self._rows].T.copy())
+        self._cursors = [*self._cursors[-(MAX_CURSORS - 1) :], cursor]  # most recent last
+        return cursor
 
     def positions(self, t: float) -> tuple[np.ndarray, np.ndarray]:
         return self._interpolate(t, self.leg_at(t))

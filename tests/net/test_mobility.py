@@ -73,7 +73,7 @@ def test_random_waypoint_moved_on_from_its_last_call_gives_the_positions_counted
     walked = RandomWaypoint(x, y, AREA, (10.0, 30.0), 0.5, 4)
     counted = RandomWaypoint(x, y, AREA, (10.0, 30.0), 0.5, 4)
     for t in [*np.arange(0.0, 120.0, 0.01).tolist(), 7.5, 60.0, 119.99, 0.0, 333.3]:
-        counted._current = None  # forget the last call: count the legs begun by t
+        counted._cursors = []  # forget the last calls: count the legs begun by t
         fresh = counted.positions(t)
         now = walked.positions(t)
         assert np.array_equal(now[0], fresh[0]) and np.array_equal(now[1], fresh[1]), t
