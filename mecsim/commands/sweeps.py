@@ -22,6 +22,7 @@ import itertools
 import logging
 import os
 import re
+import signal
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -34,6 +35,7 @@ from typing import Any
 import tomllib
 
 from mecsim.commands.ray_sweeps import RayCluster, run_on_ray
+from mecsim.common import interrupts
 from mecsim.common.errors import ConfigError, MecsimError
 from mecsim.config.scenario import Scenario, apply_overrides, load_scenario, parse_override
 
@@ -329,6 +331,7 @@ def _worker_start(
 
     if parent is not None:
         threading.Thread(target=_exit_with_parent, args=(parent,), daemon=True).start()
+    signal.signal(signal.SIGTERM, _stop_on_sigterm)
     import mecsim.common.threads
 
     mecsim.common.threads.workers = workers
@@ -420,7 +423,23 @@ def _run_in_processes(
                 for future in done:
                     future.result()  # the first failure stops the sweep
                     report(futures[future])
-        except BaseException:
+        except BaseException as stop:
             for future in pending:
                 future.cancel()
+            if not isinstance(stop, Exception):  # a signal: the running points stop too
+                _stop_workers(pool)
             raise
+
+
+def _stop_workers(pool: ProcessPoolExecutor) -> None:
+    """Send each worker SIGTERM: its point stops where it is and writes nothing, as a run
+    in the foreground does (else the pool's shutdown waits for the points under way)."""
+    for process in list((getattr(pool, "_processes", None) or {}).values()):
+        if process.is_alive() and process.pid is not None:
+            os.kill(process.pid, signal.SIGTERM)
+
+
+def _stop_on_sigterm(signum: int, frame: Any) -> None:
+    from mecsim.commands.cli import Terminated
+
+    raise interrupts.request(Terminated())

@@ -215,3 +215,40 @@ def test_a_sweep_of_placed_clients_resumes(tiny, tmp_path, capsys):
     assert main([*args, "--resume"]) == 0, capsys.readouterr().err
     for point in (tmp_path / "cmp" / "runs").iterdir():
         assert main(["validate", str(point / "scenario.resolved.toml")]) == 0
+
+
+def test_sigterm_stops_a_parallel_sweeps_running_points_and_writes_none(tiny, tmp_path):
+    """A sweep's pool waited for the points under way, so a scheduler's SIGTERM left it
+    running (and writing) until they ended; now each worker's point stops as a run in the
+    foreground does."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    tiny["protocol"]["rounds"] = 100_000
+    tiny["output"]["progress"] = False
+    path = tmp_path / "s.toml"
+    path.write_text(tomli_w.dumps(tiny))
+    out = tmp_path / "sweep"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mecsim", "compare", "--scenario", str(path), "--out", str(out),
+         "--sweep", "algorithm.lr=0.01,0.02", "-j", "2"],
+        stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    runs = out / "runs"
+    deadline = time.time() + 120
+    while len(list(runs.glob(".*.claim")) if runs.is_dir() else []) < 2:
+        assert time.time() < deadline and proc.poll() is None, "the points never started"
+        time.sleep(0.2)
+    time.sleep(2.0)  # both points well into training
+    proc.send_signal(signal.SIGTERM)
+    try:
+        _, err = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        pytest.fail("the sweep went on after SIGTERM")
+
+    assert proc.returncode == 143 and "Traceback" not in err
+    assert not list(runs.iterdir())  # no point, claim or partial left
