@@ -27,6 +27,17 @@ def tiny() -> dict[str, Any]:
     return copy.deepcopy(TINY)
 
 
+@pytest.fixture
+def endless_file(tiny, tmp_path) -> Path:
+    """The tiny scenario with 100,000 rounds, as a file: a run to stop with a signal."""
+    import tomli_w
+
+    tiny["protocol"]["rounds"] = 100_000
+    path = tmp_path / "s.toml"
+    path.write_text(tomli_w.dumps(tiny))
+    return path
+
+
 @pytest.fixture(scope="module")
 def tiny_module() -> dict[str, Any]:
     """The tiny scenario for module-scoped fixtures."""

@@ -217,7 +217,7 @@ def test_a_sweep_of_placed_clients_resumes(tiny, tmp_path, capsys):
         assert main(["validate", str(point / "scenario.resolved.toml")]) == 0
 
 
-def test_sigterm_stops_a_parallel_sweeps_running_points_and_writes_none(tiny, tmp_path):
+def test_sigterm_stops_a_parallel_sweeps_running_points_and_writes_none(endless_file, tmp_path):
     """A sweep's pool waited for the points under way, so a scheduler's SIGTERM left it
     running (and writing) until they ended; now each worker's point stops as a run in the
     foreground does."""
@@ -226,10 +226,7 @@ def test_sigterm_stops_a_parallel_sweeps_running_points_and_writes_none(tiny, tm
     import sys
     import time
 
-    tiny["protocol"]["rounds"] = 100_000
-    tiny["output"]["progress"] = False
-    path = tmp_path / "s.toml"
-    path.write_text(tomli_w.dumps(tiny))
+    path = endless_file
     out = tmp_path / "sweep"
     proc = subprocess.Popen(
         [sys.executable, "-m", "mecsim", "compare", "--scenario", str(path), "--out", str(out),

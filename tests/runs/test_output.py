@@ -176,18 +176,13 @@ def test_validate_checks_the_output_location(tiny, tmp_path, capsys):
     assert not (tmp_path / "new").exists()
 
 
-def test_sigterm_mid_run_stops_cleanly_and_writes_nothing(tiny, tmp_path):
+def test_sigterm_mid_run_stops_cleanly_and_writes_nothing(endless_file, tmp_path):
     import signal
     import subprocess
     import sys
     import time
 
-    import tomli_w
-
-    tiny["protocol"]["rounds"] = 100_000
-    tiny["output"]["progress"] = False
-    path = tmp_path / "s.toml"
-    path.write_text(tomli_w.dumps(tiny))
+    path = endless_file
     target = tmp_path / "run"
     proc = subprocess.Popen(
         [sys.executable, "-m", "mecsim", "run", str(path), "--out", str(target)],
