@@ -35,7 +35,6 @@ from typing import Any
 import tomllib
 
 from mecsim.commands.ray_sweeps import RayCluster, run_on_ray
-from mecsim.common import interrupts
 from mecsim.common.errors import ConfigError, MecsimError
 from mecsim.config.scenario import Scenario, apply_overrides, load_scenario, parse_override
 
@@ -327,11 +326,12 @@ def _worker_start(
 ) -> None:
     import torch
 
+    from mecsim.commands.cli import _on_sigterm  # a point stops as a foreground run does
     from mecsim.common.plugins import load_plugins
 
     if parent is not None:
         threading.Thread(target=_exit_with_parent, args=(parent,), daemon=True).start()
-    signal.signal(signal.SIGTERM, _stop_on_sigterm)
+    signal.signal(signal.SIGTERM, _on_sigterm)
     import mecsim.common.threads
 
     mecsim.common.threads.workers = workers
@@ -437,9 +437,3 @@ def _stop_workers(pool: ProcessPoolExecutor) -> None:
     for process in list((getattr(pool, "_processes", None) or {}).values()):
         if process.is_alive() and process.pid is not None:
             os.kill(process.pid, signal.SIGTERM)
-
-
-def _stop_on_sigterm(signum: int, frame: Any) -> None:
-    from mecsim.commands.cli import Terminated
-
-    raise interrupts.request(Terminated())

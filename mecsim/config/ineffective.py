@@ -20,7 +20,8 @@ def _changed(section: BaseModel, key: str) -> bool:
 def ineffective_settings(scenario: Scenario) -> list[str]:
     """Settings given in the scenario that change nothing in it, one line each: handover
     keys without moving clients, a medium engine with one cell, a backhaul without the
-    hierarchical protocol, min_classes without the client-wise Dirichlet, a Ray address without the Ray executor."""
+    hierarchical protocol, min_classes without the client-wise Dirichlet, a Ray address
+    without the Ray executor."""
     found = []
     network = scenario.network
     if scenario.clients.mobility.model == "static":

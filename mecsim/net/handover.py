@@ -88,16 +88,9 @@ class HandoverSchedule:
     def tick_time(self, k: int) -> float:
         return k * self.tick_s
 
-    def received_w(self, t: float, clients: np.ndarray | None = None) -> np.ndarray:
-        """[client x cell] mean received power at time ``t``, W (per W of noise: path
-        gain times the cell's power), of every client or of ``clients``."""
-        return self._received(self._squared_distances(t, clients))
-
-    def _squared_distances(self, t: float, clients: np.ndarray | None) -> np.ndarray:
-        if clients is None:
-            x, y = self.trajectories.positions(t)
-        else:
-            x, y = self.trajectories.positions_of(t, clients)
+    def _squared_distances(self, t: float, clients: np.ndarray) -> np.ndarray:
+        """[client x cell] squared distances of ``clients`` to the base stations at ``t``."""
+        x, y = self.trajectories.positions_of(t, clients)
         squared = x[:, None] - self._bx[None, :]  # in place: [client x cell] arrays are big
         np.multiply(squared, squared, out=squared)
         dy = y[:, None] - self._by[None, :]
@@ -106,6 +99,8 @@ class HandoverSchedule:
         return np.maximum(squared, 1e-18, out=squared)
 
     def _received(self, squared: np.ndarray) -> np.ndarray:
+        """[client x cell] mean received power, W (per W of noise: path gain times the
+        cell's power)."""
         gain = self.pathloss.gain_of_squared(squared)
         return np.multiply(gain, self._power[None, :], out=gain)
 
