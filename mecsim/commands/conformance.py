@@ -1,8 +1,8 @@
 """``mecsim check ALGORITHM``: the conformance suite any algorithm, built-in or plug-in, must pass.
 
 For every protocol the algorithm declares, two rounds of a tiny scenario
-(digits, 4 clients, cnn-small-bn, 2 SGD steps a task) run on the serial and the
-batched executor, and cost-only where the algorithm allows it. Checks:
+(digits, 4 clients, cnn-small-bn, 2 SGD steps a task, a server's own training as short,
+two cluster models) run on the serial and the batched executor, and cost-only where the algorithm allows it. Checks:
 
 * ``bytes``: every upload's and download's bytes are the nbytes of the payload
   the algorithm returned (a download may be any payload the server built);
@@ -56,8 +56,10 @@ PROTOCOL_KEYS = {
     "fedbuff": ["protocol.buffer_size=2"],
     "fedasync": ["protocol.concurrency=2"],
 }
-SHORT = {"personal_steps": 2, "head_steps": 2, "finetune_steps": 2}
-"""Keep every task short, whatever its schedule key is called."""
+SHORT = {"personal_steps": 2, "head_steps": 2, "finetune_steps": 2, "inner_steps": 2,
+         "generator_steps": 2, "distill_steps": 2, "kmeans_iterations": 2, "transfer_epochs": 1,
+         "clusters": 2}  # fmt: skip
+"""Keep every task short, whatever its schedule key is called (and few cluster models)."""
 
 
 @dataclass
