@@ -211,7 +211,8 @@ def load_synthetic(*, root, download, num_clients, seed, test_fraction, options)
     ``b_k`` have entries ``~ N(u_k, 1)``; ``v_k`` has entries ``~ N(B_k, 1)``;
     ``x ~ N(v_k, Sigma)`` with diagonal ``Sigma_jj = j^-1.2``; ``y = argmax(W_k x + b_k)``
     (argmax of the softmax). As in the FedProx reference code, ``alpha`` and ``beta``
-    are standard deviations. Client k has ``n_k = 50 + int(lognormal(4, 2))`` samples,
+    are standard deviations, and ``u_k`` shifts every class's logit by ``u_k (sum(x) + 1)``,
+    so the labels do not depend on ``alpha`` (only ``beta`` moves the data). Client k has ``n_k = 50 + int(lognormal(4, 2))`` samples,
     capped at ``max_samples_per_client`` (default 1000), of which
     ``round(test_fraction * n_k)`` (at least 1) are its test samples.
 

@@ -112,7 +112,10 @@ class DataConfig(Section):
         "cifar10, as COMET); same input shape; the private data keeps every sample",
     )
     synthetic_alpha: float = Field(
-        default=1.0, ge=0, description="synthetic dataset: model heterogeneity alpha (FedProx)"
+        default=1.0,
+        ge=0,
+        description="synthetic dataset: model heterogeneity alpha (FedProx); it shifts every "
+        "class's logit alike, so no label depends on it, as in FedProx's generator",
     )
     synthetic_beta: float = Field(
         default=1.0, ge=0, description="synthetic dataset: data heterogeneity beta (FedProx)"

@@ -85,6 +85,16 @@ def test_synthetic_client_streams_are_independent():
     assert torch.equal(small.x_train, large.x_train[:n])
 
 
+def test_synthetic_labels_depend_on_beta_but_not_on_alpha():
+    """FedProx's generator draws W and b around one mean u_k (std alpha), which adds
+    u_k (sum(x) + 1) to every class's logit alike: alpha leaves every label as it is."""
+    base = load_dataset("synthetic", num_clients=6, seed=1, options={"alpha": 0.0, "beta": 1.0})
+    alpha = load_dataset("synthetic", num_clients=6, seed=1, options={"alpha": 3.0, "beta": 1.0})
+    beta = load_dataset("synthetic", num_clients=6, seed=1, options={"alpha": 0.0, "beta": 3.0})
+    assert torch.equal(base.y_train, alpha.y_train) and torch.equal(base.x_train, alpha.x_train)
+    assert not torch.equal(base.x_train, beta.x_train)
+
+
 def test_synthetic_caps_client_size():
     # Execute
     data = load_dataset("synthetic", num_clients=20, options={"max_samples_per_client": 60})
