@@ -133,8 +133,9 @@ class Interference:
             size = len(self.client_x)
             self._table = (self._tick, radios, np.zeros((size, len(radios))), np.zeros(size, bool))
         _, radios, table, known = self._table
-        missing = np.unique(clients[~known[clients]])
+        missing = clients[~known[clients]]
         if len(missing):
+            missing = np.unique(missing)
             x, y, _, _ = self._positions()
             dx = self.client_x[missing][:, None] - x[radios][None, :]
             dy = self.client_y[missing][:, None] - y[radios][None, :]
@@ -154,8 +155,9 @@ class Interference:
             size = len(self._power())
             self._gains = (key, cells, np.zeros((len(cells), size)), np.zeros(size, bool), xy)
         _, cells, table, known, xy = self._gains
-        missing = np.unique(columns[~known[columns]])
+        missing = columns[~known[columns]]
         if len(missing):
+            missing = np.unique(missing)
             x, y, _, _ = self._positions()
             dx, dy = x[missing][None, :] - xy[:, 0:1], y[missing][None, :] - xy[:, 1:2]
             g = self.gain_of_squared(np.maximum(dx * dx + dy * dy, 1e-18))

@@ -50,6 +50,7 @@ from mecsim.channels import (
     make_fading,
 )
 from mecsim.channels.event_medium import EventMedium
+from mecsim.channels.fading import NoFading
 from mecsim.channels.medium import Medium, Motion, Site
 from mecsim.channels.sharing import (
     FadingTrack,
@@ -299,11 +300,10 @@ class Network(ClosedForms, LinkChecks):
             interference_w=self._interference(link, direction, client, key),
             interference_psd_w_hz=0.0 if psd is None else float(dbm_to_w(psd)),
         )
-        track = FadingTrack(
-            self.channel.fading,
-            numpy_rng(self.seed, "fading", direction, client, *key),
-            self.coherence_s,
-        )
+        fading = self.channel.fading
+        static = isinstance(fading, NoFading)  # draws nothing: no stream to seed
+        rng = None if static else numpy_rng(self.seed, "fading", direction, client, *key)
+        track = FadingTrack(fading, rng, self.coherence_s)
         return Reception(client, 8 * nbytes, budget, track, self.max_s, self.outage_sinr(link))
 
     def pilot_snr_db(self, client: int, key: tuple) -> tuple[float, float]:
