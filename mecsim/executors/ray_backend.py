@@ -27,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import sys
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -137,6 +138,33 @@ def check_address(address: str | None, field: str, timeout_s: float = 5.0) -> No
         )
 
 
+def _recorded_file() -> str:
+    """Where Ray records the cluster this machine runs (``ray_current_cluster``)."""
+    linux_tmp = os.environ.get("TMPDIR") if sys.platform.startswith("linux") else None
+    base = os.environ.get("RAY_TMPDIR") or linux_tmp or "/tmp"  # as Ray chooses it
+    return os.path.join(base, "ray", "ray_current_cluster")
+
+
+def check_recorded_cluster(field: str) -> None:
+    """Refuse, in one line, Ray's record of a local cluster that answers nothing (a
+    crashed one's): ``ray.init`` would retry it for minutes, or fail with a traceback."""
+    try:
+        with open(_recorded_file()) as record:
+            recorded = record.read().strip()
+    except OSError:
+        return
+    if not recorded:
+        return
+    try:
+        check_address(recorded, field)
+    except ConfigError:
+        raise ConfigError(
+            field,
+            f"Ray records a cluster on this machine at {recorded} ({_recorded_file()}) that "
+            "answers nothing: remove that file if no cluster runs, or give an address",
+        ) from None
+
+
 def _handshake(sock: Any) -> bytes:
     """The first 9 bytes the listener on ``sock`` answers HTTP/2's preface with (fewer:
     it closed or kept silent until the socket's timeout)."""
@@ -176,6 +204,8 @@ def connect(
         return ray
     if address is None and os.environ.get("RAY_ADDRESS"):
         check_address(os.environ["RAY_ADDRESS"], "RAY_ADDRESS")
+    elif address is None:
+        check_recorded_cluster(field)
     check_address(address, field)
     try:
         ray.init(
@@ -190,6 +220,14 @@ def connect(
             field,
             f"no Ray cluster at {address!r} ({error}); start one with `ray start --head` "
             "or give its address",
+        ) from None
+    except ValueError as error:  # a cluster runs here, and num_cpus asked for a new one
+        if address is not None or "existing cluster" not in str(error):
+            raise
+        raise ConfigError(
+            field,
+            f"a Ray cluster runs on this machine ({_recorded_file()}), which mecsim would join "
+            "without setting its CPUs: give its address, or stop it (`ray stop`)",
         ) from None
     try:
         check_resources(ray, resources or {}, resources_field)

@@ -152,3 +152,28 @@ def test_a_sweep_asking_for_gpus_a_cluster_lacks_is_refused(scenario, tmp_path, 
     import ray
 
     assert not ray.is_initialized()  # the instance started for it is gone
+
+
+@pytest.mark.parametrize("cpus", [None, 2], ids=["ray-waited", "ray-valueerror"])
+def test_a_stale_record_of_a_local_cluster_is_refused_in_one_line(
+    tiny, tmp_path, capsys, monkeypatch, cpus
+):
+    """A crashed Ray leaves ``ray_current_cluster`` behind; a run asking for a local
+    instance then hit Ray's ValueError (a traceback) or waited on the dead address. Now:
+    one line naming the record, exit 2, within seconds."""
+    import ray
+
+    if ray.is_initialized():
+        ray.shutdown()
+    record = tmp_path / "ray-tmp" / "ray" / "ray_current_cluster"
+    record.parent.mkdir(parents=True)
+    record.write_text("127.0.0.1:1")  # nothing listens on port 1
+    monkeypatch.setenv("RAY_TMPDIR", str(tmp_path / "ray-tmp"))
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    scenario = tmp_path / "s.toml"
+    execution = {"executor": "ray"} | ({} if cpus is None else {"ray_num_cpus": cpus})
+    scenario.write_text(tomli_w.dumps({**tiny, "execution": execution}))
+    args = ["run", str(scenario), "--out", str(tmp_path / "r")]
+    line = refused_in_time(args, capsys)
+    assert "ray_current_cluster" in line and line.startswith("error: execution.")
+    assert not (tmp_path / "r").exists()
