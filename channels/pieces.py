@@ -146,26 +146,13 @@ class Pieces:
             senders = on[is_up[on] == up]
             if not len(mine) or not len(senders):
                 continue
-            if up:  # one station a row: its row of the per-tick table
-                g = self._station_rows(rows[mine], senders)
-            else:
-                shape = (len(mine), len(senders))
-                grid = np.broadcast_to(rows[mine][:, None], shape)
-                tx = np.broadcast_to(senders, shape)
-                g = self._pair_gains(grid, tx, np.broadcast_to(self._on_cell[senders], shape))
+            shape = (len(mine), len(senders))
+            grid = np.broadcast_to(rows[mine][:, None], shape)
+            tx = np.broadcast_to(senders, shape)
+            g = self._pair_gains(grid, tx, np.broadcast_to(self._on_cell[senders], shape))
             band = np.minimum(1.0, a["share_b"][rows[mine]][:, None] / self._width()[senders])
             heard[mine] = (g * band).sum(axis=1)
         return heard
-
-    def _station_rows(self, rows: np.ndarray, senders: np.ndarray) -> np.ndarray:
-        """[row x sender] ``P h(d)`` from the uplinks ``senders`` to each uplink row's base
-        station, zero where the sender's cell is not co-channel with the row's."""
-        rx_cell = self.slots.a["rx_cell"][rows]
-        cell = self._on_cell[senders]
-        co = self._co_matrix(int(max(rx_cell.max(), cell.max())) + 1)
-        stations, gains = self._station_gains(senders)
-        g = gains[np.searchsorted(stations, rx_cell)[:, None], senders[None, :]]
-        return np.where(co[rx_cell[:, None], cell[None, :]], g, 0.0)
 
     def _pair_gains(self, rows: np.ndarray, tx: np.ndarray, cell: np.ndarray) -> np.ndarray:
         """``P h(d)`` from transmitter ``tx`` to the receiver of row ``rows``, pair by pair

@@ -2,7 +2,8 @@
 
 For every protocol the algorithm declares, two rounds of a tiny scenario
 (digits, 4 clients, cnn-small-bn, 2 SGD steps a task, a server's own training as short,
-two cluster models) run on the serial and the batched executor, and cost-only where the algorithm allows it. Checks:
+two cluster models) run on the serial and the batched executor, and cost-only where the
+algorithm allows it. Checks:
 
 * ``bytes``: every upload's and download's bytes are the nbytes of the payload
   the algorithm returned (a download may be any payload the server built);

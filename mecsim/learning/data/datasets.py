@@ -212,9 +212,10 @@ def load_synthetic(*, root, download, num_clients, seed, test_fraction, options)
     ``x ~ N(v_k, Sigma)`` with diagonal ``Sigma_jj = j^-1.2``; ``y = argmax(W_k x + b_k)``
     (argmax of the softmax). As in the FedProx reference code, ``alpha`` and ``beta``
     are standard deviations, and ``u_k`` shifts every class's logit by ``u_k (sum(x) + 1)``,
-    so the labels do not depend on ``alpha`` (only ``beta`` moves the data). Client k has ``n_k = 50 + int(lognormal(4, 2))`` samples,
-    capped at ``max_samples_per_client`` (default 1000), of which
-    ``round(test_fraction * n_k)`` (at least 1) are its test samples.
+    so the labels do not depend on ``alpha`` (only ``beta`` moves the data). Client k has
+    ``n_k = 50 + int(lognormal(4, 2))`` samples, capped at ``max_samples_per_client``
+    (default 1000), of which ``round(test_fraction * n_k)`` (at least 1) are its test
+    samples.
 
     The dataset is naturally federated: ``natural_partition[k]`` and
     ``natural_test_partition[k]`` index client k's own samples. Each client draws
