@@ -290,8 +290,7 @@ class EventMedium(Medium, Pieces):
         mine = np.flatnonzero(self.slots.alive & (a["client"] == client))
         if len(mine):
             self._evaluate(mine, self.now)
-        self.serving[client] = target
-        self._handovers += 1
+        self._serve(client, target)
         self._version += 1
         if not len(mine):
             return

@@ -43,23 +43,32 @@ class Interference:
     _where: tuple | None
     _static: tuple[np.ndarray, ...] | None
     _handovers: int
+    _index: dict[int, int]
+    uplink_of: dict
 
     def _positions(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """Every transmitter's (x, y, cell, is-uplink) now (cached until a tick or a
-        handover)."""
+        """Every transmitter's (x, y, cell, is-uplink) now (cached for a tick; a handover
+        updates its client's cell in place, :meth:`_serve`)."""
         x, y, cell, up, client, _, _ = self._sites()
         if self.motion is None:
             return x, y, cell, up
-        key = (self._tick, self._handovers)
-        if self._where is not None and self._where[0] == key:
+        if self._where is not None and self._where[0] == self._tick:
             return self._where[1]
         assert self.serving is not None
         moving = client >= 0
         x = np.where(moving, self.client_x[np.maximum(client, 0)], x)
         y = np.where(moving, self.client_y[np.maximum(client, 0)], y)
         cell = np.where(moving, self.serving[np.maximum(client, 0)], cell)
-        self._where = (key, (x, y, cell, up))
+        self._where = (self._tick, (x, y, cell, up))
         return x, y, cell, up
+
+    def _serve(self, client: int, target: int) -> None:
+        """``client`` is served by cell ``target`` from now on (a handover)."""
+        assert self.serving is not None
+        self.serving[client] = target
+        self._handovers += 1
+        if self._where is not None:  # its uplink's cell, in the tick's cached positions
+            self._where[1][2][self._index[id(self.uplink_of[client])]] = target
 
     def _sites(self) -> tuple[np.ndarray, ...]:
         """Every transmitter's site (x, y, cell, uplink, client) and its power and band."""
@@ -127,13 +136,13 @@ class Interference:
         """(the cell radios' transmitter indices; [client x radio] ``P h(d)`` from each
         radio to each moving client), valid for ``clients``: a client's row is computed
         the first time a tick asks for it."""
-        if self._table is None or self._table[0] != self._tick:
+        size = len(self.client_x), len(self._power())
+        if self._table is None or self._table[0] != size:  # allocated once, rows stamped
             _, _, _, up = self._positions()
             radios = np.flatnonzero(~up)
-            size = len(self.client_x)
-            self._table = (self._tick, radios, np.zeros((size, len(radios))), np.zeros(size, bool))
-        _, radios, table, known = self._table
-        missing = clients[~known[clients]]
+            self._table = (size, radios, np.empty((size[0], len(radios))), np.full(size[0], -2))
+        _, radios, table, stamp = self._table
+        missing = clients[stamp[clients] != self._tick]
         if len(missing):
             missing = np.unique(missing)
             x, y, _, _ = self._positions()
@@ -141,28 +150,27 @@ class Interference:
             dy = self.client_y[missing][:, None] - y[radios][None, :]
             g = self.gain_of_squared(np.maximum(dx * dx + dy * dy, 1e-18))
             table[missing] = g * self._power()[radios][None, :]
-            known[missing] = True
+            stamp[missing] = self._tick
         return radios, table
 
     def _station_gains(self, columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(the base stations' cells, sorted; [station x transmitter] ``P h(d)``), valid for
         the transmitters ``columns``: a column is computed the first time it is asked for
         in a tick (once with nothing moving), so only transmitters on the air cost."""
-        key = (self._tick, len(self._stations))
-        if self._gains is None or self._gains[0] != key:
+        key = (len(self._stations), len(self._power()))
+        if self._gains is None or self._gains[0] != key:  # allocated once, columns stamped
             cells = np.array(sorted(self._stations), dtype=np.int64)
             xy = np.array([self._stations[c] for c in cells.tolist()]).reshape(-1, 2)
-            size = len(self._power())
-            self._gains = (key, cells, np.zeros((len(cells), size)), np.zeros(size, bool), xy)
-        _, cells, table, known, xy = self._gains
-        missing = columns[~known[columns]]
+            self._gains = (key, cells, np.empty((len(cells), key[1])), np.full(key[1], -2), xy)
+        _, cells, table, stamp, xy = self._gains
+        missing = columns[stamp[columns] != self._tick]
         if len(missing):
             missing = np.unique(missing)
             x, y, _, _ = self._positions()
             dx, dy = x[missing][None, :] - xy[:, 0:1], y[missing][None, :] - xy[:, 1:2]
             g = self.gain_of_squared(np.maximum(dx * dx + dy * dy, 1e-18))
             table[:, missing] = g * self._power()[missing][None, :]
-            known[missing] = True
+            stamp[missing] = self._tick
         return cells, table
 
     def _at_stations(

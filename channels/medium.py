@@ -331,8 +331,7 @@ class Medium(Interference):
     def _hand_over(self, client: int, target: int, t: float) -> None:
         """Detach ``client``'s open receptions at ``t``; they resume after the break."""
         assert self.motion is not None and self.serving is not None
-        self.serving[client] = target
-        self._handovers += 1
+        self._serve(client, target)
         mine = self.slots.a["client"] == client
         if not mine.any():
             return
@@ -480,7 +479,7 @@ class Medium(Interference):
             twin.twins[id(r)] = r_twin
             twin.suspended.append((at, r_twin, left, up))
         twin.serving = None if self.serving is None else self.serving.copy()
-        twin._where = None
+        twin._where = twin._gains = twin._table = None  # tables the twin's ticks would reuse
         twin.resent, twin.closed, twin._ended_in_move, twin._plan = [], [], [], None
         twin._stations = dict(self._stations)
         return twin
