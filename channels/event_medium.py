@@ -29,12 +29,11 @@ medium's to rounding (``tests/net/test_event_medium_runs.py`` runs both).
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
 
-from mecsim.channels import fluid
+from mecsim.channels import fluid, kernels
 from mecsim.channels.medium import Medium, Site
 from mecsim.channels.pieces import LINK, Pieces
 from mecsim.channels.rows import Log, Rows
@@ -197,8 +196,8 @@ class EventMedium(Medium, Pieces):
     def _fresh_mask(self) -> np.ndarray:
         """The open rows whose rates and next events are exact: computed with every event
         of their direction's log (a row's own changes refresh it)."""
-        logged = np.where(self.slots.up, self.logs[True].n, self.logs[False].n)
-        return self.slots.alive & (self.slots.a["at"] == logged)
+        slots, logs = self.slots, self.logs
+        return kernels.fresh(slots.alive, slots.up, slots.a["at"], logs[True].n, logs[False].n)
 
     def _next_event(self, t: float, limit: float) -> float:
         """The next change point after ``t`` (at most ``limit``): the receptions whose key
@@ -208,20 +207,17 @@ class EventMedium(Medium, Pieces):
             best, searched = self._next[1:]
             if best < searched or limit <= searched:
                 return min(best, limit)
-        a = self.slots.a
-        fresh = self._fresh_mask()
-        best = min(limit, float(a["done_at"][fresh].min(initial=math.inf)))
+        best, slots = limit, self.slots
         while True:
-            bound = best + 1e-12 * max(1.0, abs(best)) if math.isfinite(best) else math.inf
-            rows = np.flatnonzero((a["key"] <= bound) & self.slots.alive & ~fresh)
+            a, logged = slots.a, (self.logs[True].n, self.logs[False].n)
+            best, rows = kernels.candidates(slots.alive, slots.up, a["at"], *logged,
+                                            a["done_at"], a["key"], best)  # fmt: skip
             if not len(rows):
                 self._next = (state, best, limit)
                 return best
             if len(rows) > _FIRST:
                 rows = rows[np.argpartition(a["key"][rows], _FIRST)[:_FIRST]]
             self._evaluate(rows, t)
-            fresh = self._fresh_mask()
-            best = min(best, float(a["done_at"][fresh].min(initial=math.inf)))
 
     def _horizon(self, t: float, limit: float) -> float:
         return self._next_event(t, self._next_motion(t, limit))

@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from mecsim.channels import fluid
+from mecsim.channels import fluid, kernels
 from mecsim.channels.rows import Log, Rows
 
 LINK = ("noise_psd", "fade", "path_gain", "interference_w", "efficiency", "min_sinr")
@@ -64,47 +64,32 @@ class Pieces:
     def _integrate(self, rows: np.ndarray, log: Log, t: float) -> None:
         """``rows`` (one direction, events logged since their anchors) up to ``t``: one
         piece from each anchor to the next event, then one per event, the interference
-        after each the running sum of the events' contributions."""
+        after each the running sum of the events' contributions (a compiled loop,
+        :func:`~mecsim.channels.kernels.integrate`)."""
         if self.slots.worst[rows].any():  # a multicast's rows share their pieces
             self._pieces(rows, log, t)
             return
         a = self.slots.a
-        at = a["at"][rows]
-        counts = log.n - at
-        starts = np.cumsum(counts) - counts
-        last = starts + counts - 1
-        k = np.arange(int(counts.sum())) + np.repeat(at - starts, counts)
-        ev_tx, ev_t = log.tx[k], log.t[k]
-        b = a["share_b"][rows]
-        b_each = np.repeat(b, counts)
-        delta = self._row_gains(rows, counts, ev_tx, log.cell[k]) * log.sign[k]
-        delta *= np.minimum(1.0, b_each / self._width()[ev_tx])
-        running = np.cumsum(delta)
-        heard = np.repeat(a["heard"][rows] - (running[starts] - delta[starts]), counts) + running
-        until = np.append(ev_t[1:], t)
-        until[last] = t
-        span = until - ev_t
-        link = {f: np.repeat(a[f][rows], counts) for f in LINK}
-        rate, sinr = fluid.link_rates(link, b_each, np.repeat(a["share_p"][rows], counts), heard)
-        lead = log.t[at] - a["anchor"][rows]  # anchor to the first event
-        a["remaining"][rows] -= a["rate"][rows] * lead + np.add.reduceat(rate * span, starts)
-        a["sinr_time"][rows] += a["sinr"][rows] * lead + np.add.reduceat(sinr * span, starts)
-        a["heard"][rows] = heard[last]
-
-    def _row_gains(
-        self, rows: np.ndarray, counts: np.ndarray, tx: np.ndarray, cell: np.ndarray
-    ) -> np.ndarray:
-        """:meth:`_pair_gains` for each row repeated ``counts`` times against the events
-        ``tx`` / ``cell`` (uplinks: looked up in the per-tick station table)."""
-        a = self.slots.a
+        first = int(a["at"][rows].min())
+        ev_tx = log.tx[first : log.n]
         rx_cell = a["rx_cell"][rows]
-        if not self.slots.up[rows[0]]:
-            return self._pair_gains(np.repeat(rows, counts), tx, cell)
-        co = self._co_matrix(int(max(rx_cell.max(), cell.max())) + 1)
-        hears = co.ravel()[np.repeat(rx_cell * len(co), counts) + cell]
-        stations, gains = self._station_gains(tx)
-        which = np.searchsorted(stations, rx_cell) * gains.shape[1]
-        return np.where(hears, gains.ravel()[np.repeat(which, counts) + tx], 0.0)
+        co = self._co_matrix(int(max(rx_cell.max(), log.cell[first : log.n].max())) + 1)
+        if self.slots.up[rows[0]]:  # uplinks: the per-tick [station x transmitter] table
+            stations, gains = self._station_gains(ev_tx)
+            gain_row, ev_col = np.searchsorted(stations, rx_cell), log.tx
+        else:  # downlinks: a [row x radio] table of the (few) radios in the events
+            radios = np.unique(ev_tx)
+            shape = (len(rows), len(radios))
+            gains = self._pair_gains(np.broadcast_to(rows[:, None], shape),
+                                     np.broadcast_to(radios, shape),
+                                     np.broadcast_to(self._on_cell[radios], shape))  # fmt: skip
+            gain_row, ev_col = np.arange(len(rows)), np.zeros(log.n, np.int64)
+            ev_col[first:] = np.searchsorted(radios, ev_tx)
+        kernels.integrate(rows, gain_row, ev_col, np.ascontiguousarray(gains), co, self._width(),
+                          log.t, log.tx, log.sign, log.cell, log.n, t, a["at"], a["anchor"],
+                          a["heard"], a["rate"], a["sinr"], a["remaining"], a["sinr_time"],
+                          a["rx_cell"], a["share_b"], a["share_p"],
+                          *(a[f] for f in LINK))  # fmt: skip
 
     def _pieces(self, rows: np.ndarray, log: Log, t: float) -> None:
         """:meth:`_integrate` on a [row x event] grid, for multicasts at their lowest rate
