@@ -49,7 +49,6 @@ from mecsim.channels import (
     dbm_to_w,
     make_fading,
 )
-from mecsim.channels.event_medium import EventMedium
 from mecsim.channels.fading import NoFading
 from mecsim.channels.medium import Medium, Motion, Site
 from mecsim.channels.sharing import (
@@ -233,6 +232,8 @@ class Network(ClosedForms, LinkChecks):
                 c = reception.client
                 return float(medium.client_x[c]), float(medium.client_y[c])
             return clients[reception.client].x_m, clients[reception.client].y_m
+
+        from mecsim.channels.event_medium import EventMedium  # numba's compiled loops: cells only
 
         engine = EventMedium if self.config.medium == "event" else Medium
         medium = engine(

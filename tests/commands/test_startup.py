@@ -22,12 +22,12 @@ def test_the_bundled_digits_are_scikit_learns_arrays():
     assert np.array_equal(x, ours_x) and np.array_equal(y, ours_y) and ours_y.dtype == y.dtype
 
 
-def test_a_digits_run_imports_neither_torchvision_nor_scikit_learn():
+def test_a_digits_run_imports_neither_torchvision_nor_scikit_learn_nor_numba():
     code = (
         "import sys, mecsim\n"
         "mecsim.run('scenarios/quickstart.toml', ['protocol.rounds=1'], write=False,"
         " progress=False)\n"
-        "print(sorted(m for m in ('torchvision', 'sklearn', 'mlxtend', 'ray', 'triton')"
+        "print(sorted(m for m in ('torchvision', 'sklearn', 'mlxtend', 'ray', 'triton', 'numba')"
         " if m in sys.modules))"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
