@@ -45,8 +45,8 @@ def integrate(
 ) -> None:  # fmt: skip
     """Rows ``rows`` (of the row columns given) up to ``t`` over events ``at[row]`` to
     ``n - 1`` of a log: one piece from the anchor to the first event at the rate held,
-    then one per event, each at the interference after it (the held interference plus
-    ``gains[gain_row[i], ev_col[k]] * sign * min(1, b / width[tx])`` for event ``k`` per co-channel event).
+    then one per event, each at the interference after it: the held interference plus, per
+    co-channel event ``k``, ``gains[gain_row[i], ev_col[k]] * sign * min(1, b / width[tx])``.
     Updates ``remaining``, ``sinr_time`` and ``heard`` in place."""
     for i in range(len(rows)):
         r = rows[i]
@@ -74,25 +74,36 @@ def integrate(
 
 
 @njit(cache=True)
+def _bound(t: float) -> float:
+    """``t`` and 1e-12 relative (inf if ``t`` is)."""
+    return t + 1e-12 * max(1.0, abs(t)) if math.isfinite(t) else math.inf
+
+
+@njit(cache=True)
 def candidates(
     alive: np.ndarray, up: np.ndarray, at: np.ndarray, logged_up: int, logged_down: int,
     done_at: np.ndarray, key: np.ndarray, limit: float,
 ) -> tuple[float, np.ndarray]:  # fmt: skip
     """(the earliest ``done_at`` of the rows brought up to date with every event of their
     direction's log, at most ``limit``; the other open rows whose ``key`` falls at or
-    before it, to 1e-12 relative)."""
-    best = limit
-    for i in range(len(alive)):
-        if alive[i] and at[i] == (logged_up if up[i] else logged_down) and done_at[i] < best:
-            best = done_at[i]
-    bound = best + 1e-12 * max(1.0, abs(best)) if math.isfinite(best) else math.inf
+    before it, to 1e-12 relative), in one pass over the rows."""
+    best, within = limit, _bound(limit)
     found = np.empty(len(alive), dtype=np.int64)
     m = 0
     for i in range(len(alive)):
-        if alive[i] and key[i] <= bound and at[i] != (logged_up if up[i] else logged_down):
+        if not alive[i]:
+            continue
+        if at[i] == (logged_up if up[i] else logged_down):
+            best = min(best, done_at[i])
+        elif key[i] <= within:
             found[m] = i
             m += 1
-    return best, found[:m]
+    within, kept = _bound(best), 0
+    for j in range(m):
+        if key[found[j]] <= within:
+            found[kept] = found[j]
+            kept += 1
+    return best, found[:kept]
 
 
 @njit(cache=True)
@@ -106,20 +117,18 @@ def fresh(alive: np.ndarray, up: np.ndarray, at: np.ndarray, logged_up: int, log
 
 @njit(cache=True)
 def station_sums(
-    stations: np.ndarray, band: np.ndarray, senders: np.ndarray, sender_cell: np.ndarray,
-    co: np.ndarray, gains: np.ndarray, station_of: np.ndarray, rx_cell: np.ndarray,
-    width: np.ndarray,
+    station_row: np.ndarray, rx_cell: np.ndarray, band: np.ndarray, senders: np.ndarray,
+    sender_cell: np.ndarray, co: np.ndarray, gains: np.ndarray, width: np.ndarray,
 ) -> np.ndarray:  # fmt: skip
-    """Uplink interference of a few receptions (at ``stations`` rows of ``gains``, cells
-    ``rx_cell``, holding ``band``): ``sum P h min(1, b / B)`` over the co-channel
-    ``senders``, summed directly."""
-    out = np.zeros(len(stations))
-    for i in range(len(stations)):
-        s, cell, b = station_of[stations[i]], rx_cell[i], band[i]
+    """Uplink interference of a few receptions (decoded at base station ``station_row``
+    of ``gains``, in cell ``rx_cell``, holding ``band``): ``sum P h min(1, b / B)`` over
+    the co-channel ``senders`` (in ``sender_cell``), summed directly."""
+    out = np.zeros(len(station_row))
+    for i in range(len(station_row)):
         total = 0.0
         for j in range(len(senders)):
             x = senders[j]
-            if co[cell, sender_cell[j]]:
-                total += gains[s, x] * min(1.0, b / width[x])
+            if co[rx_cell[i], sender_cell[j]]:
+                total += gains[station_row[i], x] * min(1.0, band[i] / width[x])
         out[i] = total
     return out

@@ -131,12 +131,21 @@ class Pieces:
             senders = on[is_up[on] == up]
             if not len(mine) or not len(senders):
                 continue
+            band, cells = a["share_b"][rows[mine]], self._on_cell[senders]
+            if up:  # at base stations: the per-tick [station x transmitter] table
+                rx_cell = a["rx_cell"][rows[mine]]
+                co = self._co_matrix(int(max(rx_cell.max(), cells.max())) + 1)
+                stations, gains = self._station_gains(senders)
+                which = np.searchsorted(stations, rx_cell)
+                heard[mine] = kernels.station_sums(
+                    which, rx_cell, band, senders, cells, co, gains, self._width()
+                )
+                continue
             shape = (len(mine), len(senders))
             grid = np.broadcast_to(rows[mine][:, None], shape)
-            tx = np.broadcast_to(senders, shape)
-            g = self._pair_gains(grid, tx, np.broadcast_to(self._on_cell[senders], shape))
-            band = np.minimum(1.0, a["share_b"][rows[mine]][:, None] / self._width()[senders])
-            heard[mine] = (g * band).sum(axis=1)
+            g = self._pair_gains(grid, np.broadcast_to(senders, shape),
+                                 np.broadcast_to(cells, shape))  # fmt: skip
+            heard[mine] = (g * np.minimum(1.0, band[:, None] / self._width()[senders])).sum(axis=1)
         return heard
 
     def _pair_gains(self, rows: np.ndarray, tx: np.ndarray, cell: np.ndarray) -> np.ndarray:
