@@ -1,0 +1,95 @@
+"""The event medium's compiled loops against hand calculations of the same pieces."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from mecsim.channels import kernels
+
+B, P, N0, FADE, H, IW = 1e6, 0.2, 4e-21, 1.3, 1e-9, 1e-15
+"""A reception's band (Hz), power (W), noise PSD (W/Hz), fading gain, path gain and
+fixed interference (W)."""
+
+
+def shannon(heard: float, band: float = B) -> tuple[float, float]:
+    sinr = P * FADE * H / (N0 * band + IW + heard)
+    return band * math.log2(1 + sinr), sinr
+
+
+def one_row(heard0: float, band: float = B) -> dict[str, np.ndarray]:
+    rate0, sinr0 = shannon(heard0, band)
+    return {
+        "at": np.array([0]), "anchor": np.array([0.0]), "heard": np.array([heard0]),
+        "rate": np.array([rate0]), "sinr": np.array([sinr0]), "remaining": np.array([1e8]),
+        "sinr_time": np.array([0.0]), "rx_cell": np.array([0]), "share_b": np.array([band]),
+        "share_p": np.array([P]), "noise_psd": np.array([N0]), "fade": np.array([FADE]),
+        "path_gain": np.array([H]), "interference_w": np.array([IW]),
+        "efficiency": np.array([math.nan]), "min_sinr": np.array([0.0]),
+    }  # fmt: skip
+
+
+def integrate(row: dict, log: dict, t: float, gains: np.ndarray, width: np.ndarray) -> None:
+    co = np.array([[False, True, True], [True, False, True], [True, True, False]])
+    columns = ("at", "anchor", "heard", "rate", "sinr", "remaining", "sinr_time", "rx_cell",
+               "share_b", "share_p", "noise_psd", "fade", "path_gain", "interference_w",
+               "efficiency", "min_sinr")  # fmt: skip
+    kernels.integrate(np.array([0]), np.array([0]), log["tx"], gains, co, width, log["t"],
+                      log["tx"], log["sign"], log["cell"], len(log["t"]), t,
+                      *(row[c] for c in columns))  # fmt: skip
+
+
+def test_pieces_are_the_hand_sum_of_rates_over_each_interference_held():
+    # transmitter 1 (cell 1) on at 1 s, transmitter 2 (cell 0, same cell: no interference)
+    # on at 2 s, transmitter 1 off at 3 s, the reception brought to 4 s
+    log = {"t": np.array([1.0, 2.0, 3.0]), "tx": np.array([1, 2, 1]),
+           "sign": np.array([1.0, 1.0, -1.0]), "cell": np.array([1, 0, 1])}  # fmt: skip
+    gains = np.array([[0.0, 3e-14, 5e-14]])  # P h at the row's receiver, per transmitter
+    width = np.array([B, 4 * B, B])  # transmitter 1's band is 4x the reception's
+    heard0 = 2e-14
+    row = one_row(heard0)
+    integrate(row, log, 4.0, gains, width)
+    held = [(1.0, heard0), (1.0, heard0 + 3e-14 / 4), (1.0, heard0 + 3e-14 / 4), (1.0, heard0)]
+    bits = sum(span * shannon(h)[0] for span, h in held)
+    quality = sum(span * shannon(h)[1] for span, h in held)
+    assert math.isclose(row["remaining"][0], 1e8 - bits, rel_tol=1e-12)
+    assert math.isclose(row["sinr_time"][0], quality, rel_tol=1e-12)
+    assert math.isclose(row["heard"][0], heard0, rel_tol=1e-9)
+
+
+def test_a_reception_below_its_outage_threshold_carries_nothing_for_that_piece():
+    log = {"t": np.array([0.5]), "tx": np.array([1]), "sign": np.array([1.0]),
+           "cell": np.array([1])}  # fmt: skip
+    gains = np.array([[0.0, 1e-9, 0.0]])  # drowns the signal
+    row = one_row(0.0)
+    row["min_sinr"][0] = 1.0
+    integrate(row, log, 2.0, gains, np.array([B, B, B]))
+    assert math.isclose(row["remaining"][0], 1e8 - 0.5 * shannon(0.0)[0], rel_tol=1e-12)
+
+
+def test_candidates_are_the_stale_rows_whose_bound_falls_before_the_best_fresh_end():
+    alive = np.array([True, True, True, True, False, True])
+    up = np.array([True, True, False, True, True, False])
+    at = np.array([4, 2, 1, 4, 0, 0])  # logs hold 4 uplink and 1 downlink events
+    done_at = np.array([7.0, 1.0, 5.0, 9.0, 0.5, 2.0])
+    key = np.array([0.0, 6.0, 0.0, 0.0, 0.0, 8.0])
+    best, rows = kernels.candidates(alive, up, at, 4, 1, done_at, key, math.inf)
+    assert best == 5.0  # rows 0, 2 and 3 are fresh; row 4 is closed
+    assert rows.tolist() == []  # row 1's key 6 and row 5's 8 fall after 5
+    best, rows = kernels.candidates(alive, up, at, 4, 1, done_at, key - 4.0, 4.5)
+    assert best == 4.5 and rows.tolist() == [1, 5]
+
+
+def test_a_few_receptions_uplink_interference_is_the_direct_sum():
+    rng = np.random.default_rng(0)
+    gains = rng.uniform(1e-15, 1e-12, size=(3, 8))
+    width = rng.choice([B, 2 * B], size=8)
+    senders, sender_cell = np.array([1, 3, 4, 6]), np.array([0, 1, 2, 1])
+    co = ~np.eye(3, dtype=bool)
+    heard = kernels.station_sums(np.array([2, 0]), np.array([2, 0]), np.array([B, 2 * B]),
+                                 senders, sender_cell, co, gains, width)  # fmt: skip
+    for i, (row, cell, band) in enumerate([(2, 2, B), (0, 0, 2 * B)]):
+        expected = sum(gains[row, x] * min(1.0, band / width[x])
+                       for x, c in zip(senders, sender_cell, strict=True) if co[cell, c])  # fmt: skip
+        assert math.isclose(heard[i], expected, rel_tol=1e-12)
