@@ -161,6 +161,11 @@ class EventMedium(Medium, Pieces):
         """Rates, next events and keys of ``rows``, anchored at ``t`` with their ``heard``."""
         rows = self._groups(rows)
         a = self.slots.a
+        if not self.slots.worst[rows].any():  # no multicast at its lowest rate: compiled
+            columns = ("start", "block", "coherence", "deadline", "rate", "sinr", "done_at", "key")
+            kernels.refresh(rows, t, a["remaining"], a["heard"], a["share_b"], a["share_p"],
+                            *(a[f] for f in (*LINK, *columns)))  # fmt: skip
+            return
         link = {f: a[f][rows] for f in LINK}
         b, p, remaining = a["share_b"][rows], a["share_p"][rows], a["remaining"][rows]
         rate, sinr = fluid.link_rates(link, b, p, a["heard"][rows])

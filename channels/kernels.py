@@ -74,6 +74,28 @@ def integrate(
 
 
 @njit(cache=True)
+def refresh(
+    rows: np.ndarray, t: float, remaining: np.ndarray, heard: np.ndarray,
+    share_b: np.ndarray, share_p: np.ndarray, noise_psd: np.ndarray, fade: np.ndarray,
+    path_gain: np.ndarray, interference_w: np.ndarray, efficiency: np.ndarray,
+    min_sinr: np.ndarray, start: np.ndarray, block: np.ndarray, coherence: np.ndarray,
+    deadline: np.ndarray, rate: np.ndarray, sinr: np.ndarray, done_at: np.ndarray,
+    key: np.ndarray,
+) -> None:  # fmt: skip
+    """Rows ``rows`` anchored at ``t``: their rate and SINR at the interference ``heard``,
+    when each ends if nothing changes (``done_at``: done, its fading block over or its
+    deadline passed) and the same with no interference from other cells (``key``)."""
+    for r in rows:
+        link = (share_b[r], share_p[r], noise_psd[r], fade[r], path_gain[r],
+                interference_w[r], efficiency[r], min_sinr[r])  # fmt: skip
+        rate[r], sinr[r] = link_rate(*link, heard[r])
+        best = link_rate(*link, 0.0)[0]
+        own = min(start[r] + (block[r] + 1) * coherence[r], deadline[r])
+        done_at[r] = min(t + remaining[r] / rate[r] if rate[r] > 0 else math.inf, own)
+        key[r] = min(t + remaining[r] / best if best > 0 else math.inf, own)
+
+
+@njit(cache=True)
 def _bound(t: float) -> float:
     """``t`` and 1e-12 relative (inf if ``t`` is)."""
     return t + 1e-12 * max(1.0, abs(t)) if math.isfinite(t) else math.inf
