@@ -98,7 +98,7 @@ class EventMedium(Medium, Pieces):
         self._version += 1
         up = bool(self._sites()[3][x])
         if before == 0:
-            self._on_cell[x] = int(self._positions()[2][x])
+            self._on_cell[x] = int(self._cells()[x])
             self.logs[up].append(self.now, x, 1.0, int(self._on_cell[x]))
         elif before + change == 0:
             self.logs[up].append(self.now, x, -1.0, int(self._on_cell[x]))
@@ -274,9 +274,7 @@ class EventMedium(Medium, Pieces):
         if len(rows):
             self._evaluate(rows, t)  # at the old tick's gains
         self._version += 1
-        self._tick = k
-        assert self.motion is not None
-        self.client_x, self.client_y = self.motion.positions(k * self.motion.tick_s)
+        self._tick = k  # clients' positions: filled as asked for (_client_xy)
         for log in self.logs.values():
             log.n = 0
         if len(rows):

@@ -35,8 +35,6 @@ class Interference:
     _table: tuple | None
     _band_order: np.ndarray | None
     motion: object
-    client_x: np.ndarray
-    client_y: np.ndarray
     sites: dict
     transmitters: list
     serving: np.ndarray | None
@@ -46,29 +44,37 @@ class Interference:
     _index: dict[int, int]
     uplink_of: dict
 
-    def _positions(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """Every transmitter's (x, y, cell, is-uplink) now (cached for a tick; a handover
-        updates its client's cell in place, :meth:`_serve`)."""
-        x, y, cell, up, client, _, _ = self._sites()
+    def _cells(self) -> np.ndarray:
+        """Every transmitter's cell now (a moving client's uplink: its serving cell; a
+        handover updates it in place, :meth:`_serve`)."""
+        _, _, cell, _, client, _, _ = self._sites()
         if self.motion is None:
-            return x, y, cell, up
-        if self._where is not None and self._where[0] == self._tick:
-            return self._where[1]
-        assert self.serving is not None
-        moving = client >= 0
-        x = np.where(moving, self.client_x[np.maximum(client, 0)], x)
-        y = np.where(moving, self.client_y[np.maximum(client, 0)], y)
-        cell = np.where(moving, self.serving[np.maximum(client, 0)], cell)
-        self._where = (self._tick, (x, y, cell, up))
-        return x, y, cell, up
+            return cell
+        if self._where is None:
+            assert self.serving is not None
+            self._where = (np.where(client >= 0, self.serving[np.maximum(client, 0)], cell),)
+        return self._where[0]
+
+    def _tx_xy(self, tx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Where transmitters ``tx`` are in this tick (moving uplinks: their clients)."""
+        x, y, _, _, client, _, _ = self._sites()
+        x, y = x[tx], y[tx]
+        if self.motion is not None:
+            moving = client[tx] >= 0
+            if moving.any():
+                x[moving], y[moving] = self._client_xy(client[tx][moving])
+        return x, y
+
+    def _client_xy(self, clients: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        raise NotImplementedError
 
     def _serve(self, client: int, target: int) -> None:
         """``client`` is served by cell ``target`` from now on (a handover)."""
         assert self.serving is not None
         self.serving[client] = target
         self._handovers += 1
-        if self._where is not None:  # its uplink's cell, in the tick's cached positions
-            self._where[1][2][self._index[id(self.uplink_of[client])]] = target
+        if self._where is not None:  # its uplink's cell
+            self._where[0][self._index[id(self.uplink_of[client])]] = target
 
     def _sites(self) -> tuple[np.ndarray, ...]:
         """Every transmitter's site (x, y, cell, uplink, client) and its power and band."""
@@ -104,7 +110,8 @@ class Interference:
         index = np.arange(len(self.slots)) if index is None else index
         up, tx = self.slots.up[index], a["tx"][index]
         heard = np.zeros(len(index))
-        x, y, cell, is_up = self._positions()
+        x, y, _, is_up = self._sites()[:4]
+        cell = self._cells()
         on = self.active_count > 0
         power, width = self._power(), self._width()
         rx_cell = cell[tx]
@@ -136,18 +143,18 @@ class Interference:
         """(the cell radios' transmitter indices; [client x radio] ``P h(d)`` from each
         radio to each moving client), valid for ``clients``: a client's row is computed
         the first time a tick asks for it."""
-        size = len(self.client_x), len(self._power())
+        size = len(self.serving), len(self._power())  # type: ignore[arg-type]
+        x, y, _, up = self._sites()[:4]  # the radios do not move
         if self._table is None or self._table[0] != size:  # allocated once, rows stamped
-            _, _, _, up = self._positions()
             radios = np.flatnonzero(~up)
             self._table = (size, radios, np.empty((size[0], len(radios))), np.full(size[0], -2))
         _, radios, table, stamp = self._table
         missing = clients[stamp[clients] != self._tick]
         if len(missing):
             missing = np.unique(missing)
-            x, y, _, _ = self._positions()
-            dx = self.client_x[missing][:, None] - x[radios][None, :]
-            dy = self.client_y[missing][:, None] - y[radios][None, :]
+            cx, cy = self._client_xy(missing)
+            dx = cx[:, None] - x[radios][None, :]
+            dy = cy[:, None] - y[radios][None, :]
             g = self.gain_of_squared(np.maximum(dx * dx + dy * dy, 1e-18))
             table[missing] = g * self._power()[radios][None, :]
             stamp[missing] = self._tick
@@ -166,8 +173,8 @@ class Interference:
         missing = columns[stamp[columns] != self._tick]
         if len(missing):
             missing = np.unique(missing)
-            x, y, _, _ = self._positions()
-            dx, dy = x[missing][None, :] - xy[:, 0:1], y[missing][None, :] - xy[:, 1:2]
+            x, y = self._tx_xy(missing)
+            dx, dy = x[None, :] - xy[:, 0:1], y[None, :] - xy[:, 1:2]
             g = self.gain_of_squared(np.maximum(dx * dx + dy * dy, 1e-18))
             table[:, missing] = g * self._power()[missing][None, :]
             stamp[missing] = self._tick

@@ -90,6 +90,8 @@ class Motion:
     """Each client's cell at time 0."""
     restart: bool = False
     """A transfer broken by a handover starts over (else it resumes)."""
+    positions_of: Callable[[float, np.ndarray], tuple[np.ndarray, np.ndarray]] | None = None
+    """``positions_of(t, clients) -> (x, y)`` of some clients (else ``positions``' rows)."""
 
     def tick(self, t: float) -> int:
         """The tick ``t`` falls in: ``k tick_s <= t < (k + 1) tick_s``."""
@@ -170,7 +172,10 @@ class Medium(Interference):
         self._tick = -1
         self._moved_until = 0.0
         self.client_x = self.client_y = np.zeros(0)
-        """Every client's position in the current tick (with motion)."""
+        """Clients' positions in the current tick (with motion), each filled the first time
+        the tick asks for it (:meth:`position`): a tick costs the clients on the air."""
+        self._placed = np.zeros(0, dtype=np.int64)
+        """The tick each client's entry of ``client_x`` / ``client_y`` is for."""
         self.serving = None if motion is None else np.asarray(motion.initial).copy()
         """Every client's serving cell now (with motion)."""
         self._handovers = 0
@@ -285,22 +290,48 @@ class Medium(Interference):
             return site
         c = site.client
         assert self.serving is not None
-        return Site(float(self.client_x[c]), float(self.client_y[c]), int(self.serving[c]),
-                    site.direction, c)  # fmt: skip
+        return Site(*self.position(c), int(self.serving[c]), site.direction, c)
+
+    def position(self, client: int) -> tuple[float, float]:
+        """Where moving ``client`` is in this tick, m."""
+        x, y = self._client_xy(np.array([client]))
+        return float(x[0]), float(y[0])
+
+    def _client_xy(self, clients: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Where moving ``clients`` are in this tick (each computed once a tick)."""
+        motion = self.motion
+        assert motion is not None
+        if len(self._placed) != len(motion.initial):
+            n = len(motion.initial)
+            self.client_x, self.client_y, self._placed = np.zeros(n), np.zeros(n), np.full(n, -2)
+        missing = clients[self._placed[clients] != self._tick]
+        if len(missing):
+            missing = np.unique(missing)
+            t = self._tick * motion.tick_s
+            if motion.positions_of is not None:
+                x, y = motion.positions_of(t, missing)
+            else:
+                x, y = (v[missing] for v in motion.positions(t))
+            self.client_x[missing], self.client_y[missing] = x, y
+            self._placed[missing] = self._tick
+        return self.client_x[clients], self.client_y[clients]
 
     def _aim(self, index: np.ndarray) -> None:
         """With motion: receivers and path gains of slots ``index`` from where things are."""
         assert self.motion is not None and self.serving is not None
         a, up = self.slots.a, self.slots.up[index]
-        tx_x, tx_y, tx_cell, _ = self._positions()
-        client = a["client"][index]
+        client, tx = a["client"][index], a["tx"][index]
         stations = np.asarray(self.motion.cells)
         serving = self.serving[client]
-        rx = np.where(up, stations[serving, 0], self.client_x[client])
-        ry = np.where(up, stations[serving, 1], self.client_y[client])
-        a["rx"][index], a["ry"][index] = rx, ry
-        tx = a["tx"][index]
-        d = np.maximum(np.hypot(tx_x[tx] - rx, tx_y[tx] - ry), 1e-9)
+        cx, cy = self._client_xy(client)
+        radio_x, radio_y = self._sites()[:2]
+        # the end that does not move: the serving base station of an uplink, the radio of a
+        # downlink
+        fixed_x = np.where(up, stations[serving, 0], radio_x[tx])
+        fixed_y = np.where(up, stations[serving, 1], radio_y[tx])
+        a["rx"][index] = np.where(up, fixed_x, cx)
+        a["ry"][index] = np.where(up, fixed_y, cy)
+        d = np.maximum(np.hypot(fixed_x - cx, fixed_y - cy), 1e-9)
         a["path_gain"][index] = self.gain(d)
 
     def _move(self, t: float) -> None:
@@ -323,8 +354,7 @@ class Medium(Interference):
     def _new_tick(self, k: int, t: float) -> None:
         """Tick ``k`` starts at ``t``: clients' positions, and the path gains from them."""
         assert self.motion is not None
-        self._tick = k
-        self.client_x, self.client_y = self.motion.positions(k * self.motion.tick_s)
+        self._tick = k  # clients' positions: filled as asked for (_client_xy)
         self._aim(np.arange(len(self.slots)))
         self._plan = None
 
@@ -480,6 +510,8 @@ class Medium(Interference):
             twin.suspended.append((at, r_twin, left, up))
         twin.serving = None if self.serving is None else self.serving.copy()
         twin._where = twin._gains = twin._table = None  # tables the twin's ticks would reuse
+        twin.client_x, twin.client_y = self.client_x.copy(), self.client_y.copy()
+        twin._placed = self._placed.copy()
         twin.resent, twin.closed, twin._ended_in_move, twin._plan = [], [], [], None
         twin._stations = dict(self._stations)
         return twin

@@ -40,7 +40,7 @@ class Pieces:
     def _sites(self) -> tuple[np.ndarray, ...]:
         raise NotImplementedError
 
-    def _positions(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    def _cells(self) -> np.ndarray:
         raise NotImplementedError
 
     def _co_matrix(self, cells: int) -> np.ndarray:
@@ -159,7 +159,7 @@ class Pieces:
             stations, gains = self._station_gains(tx.ravel())
             which = np.searchsorted(stations, rx_cell)
             return np.where(hears, gains[which, tx], 0.0)
-        x, y, _, _ = self._positions()
+        x, y = self._sites()[:2]  # downlinks: from the cells' radios, which do not move
         dx, dy = x[tx] - a["rx"][rows], y[tx] - a["ry"][rows]
         if self.motion is not None:
             g = self.gain_of_squared(np.maximum(dx * dx + dy * dy, 1e-18))

@@ -223,14 +223,14 @@ class Network(ClosedForms, LinkChecks):
                 self.coherence_s,
                 np.array([c.cell for c in clients], dtype=np.int64),
                 restart=self.config.handover_transfer == "restart",
+                positions_of=self.trajectories.positions_of,
             )
 
         def receiver(site: Site, reception: Reception) -> tuple[float, float]:
             if site.direction == "up":
                 return cells[site.cell].x_m, cells[site.cell].y_m
             if motion is not None:
-                c = reception.client
-                return float(medium.client_x[c]), float(medium.client_y[c])
+                return medium.position(reception.client)
             return clients[reception.client].x_m, clients[reception.client].y_m
 
         from mecsim.channels.event_medium import EventMedium  # numba's compiled loops: cells only

@@ -96,7 +96,7 @@ def medium(at: float, interruption: float, restart: bool = False, engine: type[M
     def receiver(site: Site, r: Reception) -> tuple[float, float]:
         if site.direction == "up":
             return CELLS[site.cell].x_m, CELLS[site.cell].y_m
-        return float(m.client_x[r.client]), float(m.client_y[r.client])
+        return m.position(r.client)
 
     m = engine(PATHLOSS.gain, lambda a, b: a != b, receiver, motion)
     radios = [m.add(SharedTransmitter(c.bandwidth_hz, c.tx_power_w), Site(c.x_m, c.y_m, c.id, "down"))
@@ -197,6 +197,31 @@ def test_gain_tables_filled_lazily_are_those_of_each_ticks_positions():
                     d = math.hypot(x[c] - CELLS[radio].x_m, y[c] - CELLS[radio].y_m)
                     expected = CELLS[radio].tx_power_w * PATHLOSS.gain(d)
                     assert table[c, r] == pytest.approx(expected, rel=1e-13, abs=0)
+
+
+def test_a_tick_computes_the_positions_of_the_clients_asked_for_only():
+    """Issue 52: at 100,000 clients every client's position each 10 ms tick was most of
+    a tick's cost; a tick now places the clients the medium asks about, once each."""
+    xs = np.linspace(0.0, 900.0, 1000)
+    asked: list[list[int]] = []
+
+    def positions(t: float) -> tuple[np.ndarray, np.ndarray]:
+        return xs + 50.0 * t, np.full(len(xs), 20.0 * t)
+
+    def positions_of(t: float, clients: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        asked.append(clients.tolist())
+        x, y = positions(t)
+        return x[clients], y[clients]
+
+    motion = Motion(positions, _NoHandovers(), [(c.x_m, c.y_m) for c in CELLS], 1.0,
+                    np.zeros(len(xs), dtype=np.int64), positions_of=positions_of)  # fmt: skip
+    m = Medium(PATHLOSS.gain, lambda a, b: a != b, lambda s, r: (0.0, 0.0), motion)
+    for t in (0.0, 2.5):
+        m._move(t)
+        for client in (7, 7, 412):
+            x, y = positions(math.floor(t))
+            assert m.position(client) == (x[client], y[client])
+    assert asked == [[7], [412], [7], [412]]  # once per client and tick, none other
 
 
 @pytest.mark.parametrize(("margin", "ttt", "interruption"), [(3.0, 0.1, 0.05), (0.0, 0.0, 0.0)])
