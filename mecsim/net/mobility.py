@@ -96,6 +96,8 @@ class RandomWaypoint(Trajectories):
         self.legs: list[np.ndarray] = []
         self._stacked: np.ndarray | None = None
         self._next_x, self._next_y, self._free_at = self.x0.copy(), self.y0.copy(), np.zeros(n)
+        self._free_from = 0.0
+        """The earliest of ``_free_at``: legs are drawn up to there."""
         self._rows = np.arange(n)
         self._cursors: list[_Cursor] = []
 
@@ -112,6 +114,7 @@ class RandomWaypoint(Trajectories):
         arrive = depart + length / speed
         self.legs.append(np.stack([depart, arrive, self._next_x, self._next_y, to_x, to_y]))
         self._next_x, self._next_y, self._free_at = to_x, to_y, arrive + self.pause_s
+        self._free_from = float(self._free_at.min())
 
     @property
     def max_speed_mps(self) -> float:
@@ -119,13 +122,17 @@ class RandomWaypoint(Trajectories):
 
     def leg_at(self, t: float, clients: np.ndarray | None = None) -> np.ndarray:
         """[6 x n]: each client's (or each of ``clients``') leg under way (or paused
-        after) at ``t``."""
-        while float(self._free_at.min()) <= t:
+        after) at ``t``. With ``clients``, only theirs are moved on: a cursor's other
+        clients stay on earlier legs and catch up when asked for."""
+        while self._free_from <= t:
             self._draw_leg()
         if self._stacked is None or len(self._stacked) != len(self.legs):
             self._stacked = np.stack(self.legs)  # [legs x 6 x n]
         cursor = self._cursor(t)
-        ahead = np.flatnonzero(cursor.legs[1] + self.pause_s <= t)  # next leg begun by t
+        if clients is None:  # next leg begun by t
+            ahead = np.flatnonzero(cursor.legs[1] + self.pause_s <= t)
+        else:
+            ahead = clients[cursor.legs[1, clients] + self.pause_s <= t]
         while len(ahead):
             cursor.index[ahead] += 1
             cursor.legs[:, ahead] = self._stacked[cursor.index[ahead], :, ahead].T

@@ -81,6 +81,22 @@ def test_random_waypoint_moved_on_from_its_last_call_gives_the_positions_counted
         assert np.array_equal(walked.positions_of(t, some)[1], fresh[1][some])
 
 
+def test_random_waypoint_asked_for_a_few_clients_at_a_time_moves_only_those_on_correctly():
+    """Issue 52: asked for some clients, a cursor moves only theirs on; the others stay on
+    earlier legs and catch up when next asked, at the positions counted afresh."""
+    x, y = start(200, 4)
+    walked = RandomWaypoint(x, y, AREA, (10.0, 30.0), 0.5, 4)
+    counted = RandomWaypoint(x, y, AREA, (10.0, 30.0), 0.5, 4)
+    rng = np.random.default_rng(5)
+    for t in np.sort(rng.uniform(0.0, 300.0, 150)).tolist():
+        some = np.unique(rng.integers(0, 200, rng.integers(1, 12)))
+        counted._cursors = []
+        fresh_x, fresh_y = counted.positions(t)
+        now_x, now_y = walked.positions_of(t, some)
+        assert np.array_equal(now_x, fresh_x[some]) and np.array_equal(now_y, fresh_y[some]), t
+    assert np.array_equal(walked.positions(300.0)[0], counted.positions(300.0)[0])
+
+
 def test_gauss_markov_stays_inside_its_area_and_within_its_speeds():
     x, y = start(50)
     gm = GaussMarkov(x, y, AREA, (5.0, 15.0), 0.75, 1.0, 3)
