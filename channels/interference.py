@@ -42,6 +42,9 @@ class Interference:
     _static: tuple[np.ndarray, ...] | None
     _handovers: int
     _index: dict[int, int]
+    _placed: np.ndarray
+    client_x: np.ndarray
+    client_y: np.ndarray
     uplink_of: dict
 
     def _cells(self) -> np.ndarray:
@@ -65,8 +68,29 @@ class Interference:
                 x[moving], y[moving] = self._client_xy(client[tx][moving])
         return x, y
 
+    def position(self, client: int) -> tuple[float, float]:
+        """Where moving ``client`` is in this tick, m."""
+        x, y = self._client_xy(np.array([client]))
+        return float(x[0]), float(y[0])
+
     def _client_xy(self, clients: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        raise NotImplementedError
+        """Where moving ``clients`` are in this tick (each computed once a tick)."""
+        motion = self.motion
+        assert motion is not None
+        if len(self._placed) != len(motion.initial):
+            n = len(motion.initial)
+            self.client_x, self.client_y, self._placed = np.zeros(n), np.zeros(n), np.full(n, -2)
+        missing = clients[self._placed[clients] != self._tick]
+        if len(missing):
+            missing = np.unique(missing)
+            t = self._tick * motion.tick_s
+            if motion.positions_of is not None:
+                x, y = motion.positions_of(t, missing)
+            else:
+                x, y = (v[missing] for v in motion.positions(t))
+            self.client_x[missing], self.client_y[missing] = x, y
+            self._placed[missing] = self._tick
+        return self.client_x[clients], self.client_y[clients]
 
     def _serve(self, client: int, target: int) -> None:
         """``client`` is served by cell ``target`` from now on (a handover)."""

@@ -292,30 +292,6 @@ class Medium(Interference):
         assert self.serving is not None
         return Site(*self.position(c), int(self.serving[c]), site.direction, c)
 
-    def position(self, client: int) -> tuple[float, float]:
-        """Where moving ``client`` is in this tick, m."""
-        x, y = self._client_xy(np.array([client]))
-        return float(x[0]), float(y[0])
-
-    def _client_xy(self, clients: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Where moving ``clients`` are in this tick (each computed once a tick)."""
-        motion = self.motion
-        assert motion is not None
-        if len(self._placed) != len(motion.initial):
-            n = len(motion.initial)
-            self.client_x, self.client_y, self._placed = np.zeros(n), np.zeros(n), np.full(n, -2)
-        missing = clients[self._placed[clients] != self._tick]
-        if len(missing):
-            missing = np.unique(missing)
-            t = self._tick * motion.tick_s
-            if motion.positions_of is not None:
-                x, y = motion.positions_of(t, missing)
-            else:
-                x, y = (v[missing] for v in motion.positions(t))
-            self.client_x[missing], self.client_y[missing] = x, y
-            self._placed[missing] = self._tick
-        return self.client_x[clients], self.client_y[clients]
-
     def _aim(self, index: np.ndarray) -> None:
         """With motion: receivers and path gains of slots ``index`` from where things are."""
         assert self.motion is not None and self.serving is not None
