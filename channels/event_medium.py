@@ -67,6 +67,8 @@ class EventMedium(Medium, Pieces):
         self.logs = {True: Log(), False: Log()}
         self._spent_at = np.zeros(0)
         """When each transmitter's energy (``_energy``) was last brought up to date."""
+        self._on_air = {True: np.zeros(0, dtype=np.int64), False: np.zeros(0, dtype=np.int64)}
+        """The transmitters on the air per direction, sorted (new arrays at each change)."""
         self._on_cell = np.zeros(0, dtype=np.int64)
         """The cell each transmitter was in when it turned on."""
         self._version = 0
@@ -97,11 +99,14 @@ class EventMedium(Medium, Pieces):
         self.active_count[x] = before + change
         self._version += 1
         up = bool(self._sites()[3][x])
+        on = self._on_air[up]
         if before == 0:
             self._on_cell[x] = int(self._cells()[x])
             self.logs[up].append(self.now, x, 1.0, int(self._on_cell[x]))
+            self._on_air[up] = np.insert(on, np.searchsorted(on, x), x)
         elif before + change == 0:
             self.logs[up].append(self.now, x, -1.0, int(self._on_cell[x]))
+            self._on_air[up] = np.delete(on, np.searchsorted(on, x))
         if len(rows) and before + change > 0:
             a = self.slots.a
             a["share_b"][rows] = self._width()[x] / (before + change)
@@ -306,4 +311,5 @@ class EventMedium(Medium, Pieces):
         twin.logs = {up: log.copy() for up, log in self.logs.items()}
         twin._next = None
         twin._spent_at, twin._on_cell = self._spent_at.copy(), self._on_cell.copy()
+        twin._on_air = dict(self._on_air)  # its arrays are replaced, never written
         return twin

@@ -30,6 +30,7 @@ class Pieces:
     gain: Callable[[np.ndarray], np.ndarray]
     gain_of_squared: Callable[[np.ndarray], np.ndarray]
     _on_cell: np.ndarray
+    _on_air: dict[bool, np.ndarray]
 
     def _width(self) -> np.ndarray:
         raise NotImplementedError
@@ -124,11 +125,9 @@ class Pieces:
         if len(rows) > 16:
             return self._heard(a["share_b"][rows], rows)
         heard = np.zeros(len(rows))
-        on = np.flatnonzero(self.active_count > 0)
-        is_up = self._sites()[3]
         for up in (True, False):
             mine = np.flatnonzero(self.slots.up[rows] == up)
-            senders = on[is_up[on] == up]
+            senders = self._on_air[up]
             if not len(mine) or not len(senders):
                 continue
             band, cells = a["share_b"][rows[mine]], self._on_cell[senders]
