@@ -42,11 +42,11 @@ from mecsim.channels.sharing import (
     Reception,
     SharedTransmitter,
     Transmission,
-    send_time,
 )
 
 _FIRST = 32  # receptions brought up to date first when the next change point is unknown
 _CELLS = 1 << 20  # most (reception, event) pairs one array pass integrates
+_NO_CAP = np.zeros(0)  # kernels.refresh with no cap on the rates
 
 
 class _View:
@@ -163,24 +163,17 @@ class EventMedium(Medium, Pieces):
         return np.union1d(rows, mates)
 
     def _refresh(self, rows: np.ndarray, t: float) -> None:
-        """Rates, next events and keys of ``rows``, anchored at ``t`` with their ``heard``."""
+        """Rates, next events and keys of ``rows``, anchored at ``t`` with their ``heard``
+        (:func:`~mecsim.channels.kernels.refresh`; a fixed-rate multicast's rows again, at
+        their group's lowest rate)."""
         rows = self._groups(rows)
         a = self.slots.a
-        if not self.slots.worst[rows].any():  # no multicast at its lowest rate: compiled
-            columns = ("start", "block", "coherence", "deadline", "rate", "sinr", "done_at", "key")
-            kernels.refresh(rows, t, a["remaining"], a["heard"], a["share_b"], a["share_p"],
-                            *(a[f] for f in (*LINK, *columns)))  # fmt: skip
-            return
-        link = {f: a[f][rows] for f in LINK}
-        b, p, remaining = a["share_b"][rows], a["share_p"][rows], a["remaining"][rows]
-        rate, sinr = fluid.link_rates(link, b, p, a["heard"][rows])
-        rate = self._group_min(rows, rate)
-        best, _ = fluid.link_rates(link, b, p, np.zeros(len(rows)))
-        boundary = a["start"][rows] + (a["block"][rows] + 1) * a["coherence"][rows]
-        own = np.minimum(boundary, a["deadline"][rows])
-        a["rate"][rows], a["sinr"][rows] = rate, sinr
-        a["done_at"][rows] = np.minimum(t + send_time(remaining, rate), own)
-        a["key"][rows] = np.minimum(t + send_time(remaining, best), own)
+        columns = ("start", "block", "coherence", "deadline", "rate", "sinr", "done_at", "key")
+        fields = (a["remaining"], a["heard"], a["share_b"], a["share_p"],
+                  *(a[f] for f in (*LINK, *columns)))  # fmt: skip
+        kernels.refresh(rows, t, *fields, _NO_CAP)
+        if self.slots.worst[rows].any():
+            kernels.refresh(rows, t, *fields, self._group_min(rows, a["rate"][rows]))
 
     def _evaluate(self, rows: np.ndarray, t: float) -> None:
         """Bring ``rows`` (and their multicast mates) up to ``t``: their bits and SINR

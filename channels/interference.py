@@ -38,9 +38,8 @@ class Interference:
     sites: dict
     transmitters: list
     serving: np.ndarray | None
-    _where: tuple | None
+    _tx_cells: np.ndarray | None
     _static: tuple[np.ndarray, ...] | None
-    _handovers: int
     _index: dict[int, int]
     _placed: np.ndarray
     client_x: np.ndarray
@@ -53,10 +52,10 @@ class Interference:
         _, _, cell, _, client, _, _ = self._sites()
         if self.motion is None:
             return cell
-        if self._where is None:
+        if self._tx_cells is None:
             assert self.serving is not None
-            self._where = (np.where(client >= 0, self.serving[np.maximum(client, 0)], cell),)
-        return self._where[0]
+            self._tx_cells = np.where(client >= 0, self.serving[np.maximum(client, 0)], cell)
+        return self._tx_cells
 
     def _tx_xy(self, tx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Where transmitters ``tx`` are in this tick (moving uplinks: their clients)."""
@@ -96,9 +95,8 @@ class Interference:
         """``client`` is served by cell ``target`` from now on (a handover)."""
         assert self.serving is not None
         self.serving[client] = target
-        self._handovers += 1
-        if self._where is not None:  # its uplink's cell
-            self._where[0][self._index[id(self.uplink_of[client])]] = target
+        if self._tx_cells is not None:  # its uplink's cell
+            self._tx_cells[self._index[id(self.uplink_of[client])]] = target
 
     def _sites(self) -> tuple[np.ndarray, ...]:
         """Every transmitter's site (x, y, cell, uplink, client) and its power and band."""

@@ -80,15 +80,19 @@ def refresh(
     path_gain: np.ndarray, interference_w: np.ndarray, efficiency: np.ndarray,
     min_sinr: np.ndarray, start: np.ndarray, block: np.ndarray, coherence: np.ndarray,
     deadline: np.ndarray, rate: np.ndarray, sinr: np.ndarray, done_at: np.ndarray,
-    key: np.ndarray,
+    key: np.ndarray, cap: np.ndarray,
 ) -> None:  # fmt: skip
-    """Rows ``rows`` anchored at ``t``: their rate and SINR at the interference ``heard``,
-    when each ends if nothing changes (``done_at``: done, its fading block over or its
-    deadline passed) and the same with no interference from other cells (``key``)."""
-    for r in rows:
+    """Rows ``rows`` anchored at ``t``: their rate and SINR at the interference ``heard``
+    (the rate at most ``cap[i]`` where ``cap`` is given: a fixed-rate multicast at its
+    lowest), when each ends if nothing changes (``done_at``: done, its fading block over
+    or its deadline passed) and the same with no interference from other cells (``key``)."""
+    for i in range(len(rows)):
+        r = rows[i]
         link = (share_b[r], share_p[r], noise_psd[r], fade[r], path_gain[r],
                 interference_w[r], efficiency[r], min_sinr[r])  # fmt: skip
         rate[r], sinr[r] = link_rate(*link, heard[r])
+        if len(cap):
+            rate[r] = min(rate[r], cap[i])
         best = link_rate(*link, 0.0)[0]
         own = min(start[r] + (block[r] + 1) * coherence[r], deadline[r])
         done_at[r] = min(t + remaining[r] / rate[r] if rate[r] > 0 else math.inf, own)

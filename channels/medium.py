@@ -162,7 +162,7 @@ class Medium(Interference):
         self._co: np.ndarray | None = None
         self._static: tuple[np.ndarray, ...] | None = None
         self._gains: tuple | None = None
-        self._where: tuple | None = None
+        self._tx_cells: np.ndarray | None = None
         self._one_band: tuple[float | None] | None = None
         self._table: tuple | None = None
         self._band_order: np.ndarray | None = None
@@ -178,7 +178,6 @@ class Medium(Interference):
         """The tick each client's entry of ``client_x`` / ``client_y`` is for."""
         self.serving = None if motion is None else np.asarray(motion.initial).copy()
         """Every client's serving cell now (with motion)."""
-        self._handovers = 0
         self._stations: dict[int, tuple[float, float]] = (
             {} if motion is None else dict(enumerate(motion.cells))
         )
@@ -485,7 +484,7 @@ class Medium(Interference):
             twin.twins[id(r)] = r_twin
             twin.suspended.append((at, r_twin, left, up))
         twin.serving = None if self.serving is None else self.serving.copy()
-        twin._where = twin._gains = twin._table = None  # tables the twin's ticks would reuse
+        twin._tx_cells = twin._gains = twin._table = None  # tables the twin's ticks would reuse
         twin.client_x, twin.client_y = self.client_x.copy(), self.client_y.copy()
         twin._placed = self._placed.copy()
         twin.resent, twin.closed, twin._ended_in_move, twin._plan = [], [], [], None
