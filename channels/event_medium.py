@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from mecsim.channels import fluid, kernels
+from mecsim.channels.key_queue import KeyQueue
 from mecsim.channels.medium import Medium, Site
 from mecsim.channels.pieces import LINK, Pieces
 from mecsim.channels.rows import Log, Rows
@@ -74,6 +75,8 @@ class EventMedium(Medium, Pieces):
         self._version = 0
         """Counts changes of state (the next change point is cached per instant and version)."""
         self._next: tuple | None = None
+        self._queue = KeyQueue()
+        """The open rows in key order (pushed at each refresh)."""
 
     def add_all(self, placed: list[tuple[SharedTransmitter, Site]]) -> list[SharedTransmitter]:
         self._spent_at = np.concatenate([self._spent_at, np.full(len(placed), self.now)])
@@ -91,7 +94,7 @@ class EventMedium(Medium, Pieces):
     def _count(self, x: int, change: int) -> None:
         """Transmitter ``x`` gains or loses a transmission now: its receptions' shares
         change, and it turns on or off in its direction's log."""
-        rows = np.flatnonzero(self.slots.alive & (self.slots.a["tx"] == x))
+        rows = kernels.rows_where(self.slots.alive, self.slots.a["tx"], x)
         if len(rows):
             self._evaluate(rows, self.now)
         self._energy[x], self._spent_at[x] = self._energy_now(x), self.now
@@ -127,7 +130,7 @@ class EventMedium(Medium, Pieces):
         self._version += 1
         x, up, a = self._tr_tx[tr], site.direction == "up", self.slots.a
         if transmission.worst:  # the group's rows share one anchor
-            group = np.flatnonzero(self.slots.alive & (a["tr"] == tr))
+            group = kernels.rows_where(self.slots.alive, a["tr"], tr)
             if len(group):
                 self._evaluate(group, self.now)
         n = int(self.active_count[x])
@@ -174,6 +177,7 @@ class EventMedium(Medium, Pieces):
         kernels.refresh(rows, t, *fields, _NO_CAP)
         if self.slots.worst[rows].any():
             kernels.refresh(rows, t, *fields, self._group_min(rows, a["rate"][rows]))
+        self._queue.push(rows, a["key"], a["stamp"], self.slots.alive)
 
     def _evaluate(self, rows: np.ndarray, t: float) -> None:
         """Bring ``rows`` (and their multicast mates) up to ``t``: their bits and SINR
@@ -196,12 +200,6 @@ class EventMedium(Medium, Pieces):
         self._refresh(rows, t)
 
     # --- the clock -------------------------------------------------------------------------
-    def _fresh_mask(self) -> np.ndarray:
-        """The open rows whose rates and next events are exact: computed with every event
-        of their direction's log (a row's own changes refresh it)."""
-        slots, logs = self.slots, self.logs
-        return kernels.fresh(slots.alive, slots.up, slots.a["at"], logs[True].n, logs[False].n)
-
     def _next_event(self, t: float, limit: float) -> float:
         """The next change point after ``t`` (at most ``limit``): the receptions whose key
         falls before the best candidate so far brought up to date, the earliest first."""
@@ -213,14 +211,12 @@ class EventMedium(Medium, Pieces):
         best, slots = limit, self.slots
         while True:
             a, logged = slots.a, (self.logs[True].n, self.logs[False].n)
-            best, rows = kernels.candidates(slots.alive, slots.up, a["at"], *logged,
-                                            a["done_at"], a["key"], best)  # fmt: skip
+            best, rows = self._queue.candidates(a["stamp"], slots.alive, slots.up, a["at"],
+                                                logged, a["done_at"], a["key"], best)  # fmt: skip
             if not len(rows):
                 self._next = (state, best, limit)
                 return best
-            if len(rows) > _FIRST:
-                rows = rows[np.argpartition(a["key"][rows], _FIRST)[:_FIRST]]
-            self._evaluate(rows, t)
+            self._evaluate(rows[:_FIRST], t)  # in key order
 
     def _horizon(self, t: float, limit: float) -> float:
         return self._next_event(t, self._next_motion(t, limit))
@@ -234,9 +230,10 @@ class EventMedium(Medium, Pieces):
         do; the others stay anchored."""
         a, now = self.slots.a, t + step
         tol = 1e-12 * max(1.0, abs(now))
-        fresh = self._fresh_mask()
-        ending = fresh & ((a["done_at"] <= now + tol) | (a["remaining"] <= _DONE * a["bits"]))
-        rows = self._groups(np.flatnonzero(ending))
+        slots, logs = self.slots, self.logs  # rows exact (brought up to date) that end now
+        rows = self._groups(kernels.ending(slots.alive, slots.up, a["at"], logs[True].n,
+                                           logs[False].n, a["done_at"], now + tol,
+                                           a["remaining"], a["bits"], _DONE))  # fmt: skip
         self.now = now
         if not len(rows):
             return []
@@ -281,10 +278,24 @@ class EventMedium(Medium, Pieces):
             self.slots.a["heard"][rows] = self._heard_now(rows)
             self._refresh(rows, t)
 
+    def _hand_overs(self, handovers: list) -> None:
+        """A client with nothing open only changes cells: its handover touches no row."""
+        if not handovers:
+            return
+        a = self.slots.a
+        clients = np.array([h.client for h in handovers])
+        busy = set(a["client"][self.slots.alive & np.isin(a["client"], clients)].tolist())
+        for h in handovers:
+            if h.client in busy:
+                self._hand_over(h.client, h.target, h.t)
+            else:
+                self._serve(h.client, h.target)
+        self._version += 1
+
     def _hand_over(self, client: int, target: int, t: float) -> None:
         assert self.motion is not None and self.serving is not None
         a = self.slots.a
-        mine = np.flatnonzero(self.slots.alive & (a["client"] == client))
+        mine = kernels.rows_where(self.slots.alive, a["client"], client)
         if len(mine):
             self._evaluate(mine, self.now)
         self._serve(client, target)
@@ -302,7 +313,7 @@ class EventMedium(Medium, Pieces):
         twin = super().clone()
         assert isinstance(twin, EventMedium)
         twin.logs = {up: log.copy() for up, log in self.logs.items()}
-        twin._next = None
+        twin._next, twin._queue = None, self._queue.copy()
         twin._spent_at, twin._on_cell = self._spent_at.copy(), self._on_cell.copy()
         twin._on_air = dict(self._on_air)  # its arrays are replaced, never written
         return twin

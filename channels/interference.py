@@ -81,7 +81,7 @@ class Interference:
             self.client_x, self.client_y, self._placed = np.zeros(n), np.zeros(n), np.full(n, -2)
         missing = clients[self._placed[clients] != self._tick]
         if len(missing):
-            missing = np.unique(missing)
+            missing = np.unique(missing) if len(missing) > 1 else missing
             t = self._tick * motion.tick_s
             if motion.positions_of is not None:
                 x, y = motion.positions_of(t, missing)
@@ -192,9 +192,8 @@ class Interference:
             xy = np.array([self._stations[c] for c in cells.tolist()]).reshape(-1, 2)
             self._gains = (key, cells, np.empty((len(cells), key[1])), np.full(key[1], -2), xy)
         _, cells, table, stamp, xy = self._gains
-        missing = columns[stamp[columns] != self._tick]
+        missing = columns[stamp[columns] != self._tick]  # a repeat is computed twice, alike
         if len(missing):
-            missing = np.unique(missing)
             x, y = self._tx_xy(missing)
             dx, dy = x[None, :] - xy[:, 0:1], y[None, :] - xy[:, 1:2]
             g = self.gain_of_squared(np.maximum(dx * dx + dy * dy, 1e-18))

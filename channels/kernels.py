@@ -100,45 +100,33 @@ def refresh(
 
 
 @njit(cache=True)
-def _bound(t: float) -> float:
-    """``t`` and 1e-12 relative (inf if ``t`` is)."""
-    return t + 1e-12 * max(1.0, abs(t)) if math.isfinite(t) else math.inf
-
-
-@njit(cache=True)
-def candidates(
+def ending(
     alive: np.ndarray, up: np.ndarray, at: np.ndarray, logged_up: int, logged_down: int,
-    done_at: np.ndarray, key: np.ndarray, limit: float,
-) -> tuple[float, np.ndarray]:  # fmt: skip
-    """(the earliest ``done_at`` of the rows brought up to date with every event of their
-    direction's log, at most ``limit``; the other open rows whose ``key`` falls at or
-    before it, to 1e-12 relative), in one pass over the rows."""
-    best, within = limit, _bound(limit)
-    found = np.empty(len(alive), dtype=np.int64)
+    done_at: np.ndarray, by: float, remaining: np.ndarray, bits: np.ndarray, done: float,
+) -> np.ndarray:  # fmt: skip
+    """The open rows brought up to date with every event of their direction's log that end,
+    fail or start a fading block by ``by`` (``done_at``), or are done (``remaining`` at
+    most ``done`` of their ``bits``)."""
+    out = np.empty(len(alive), dtype=np.int64)
     m = 0
     for i in range(len(alive)):
-        if not alive[i]:
-            continue
-        if at[i] == (logged_up if up[i] else logged_down):
-            best = min(best, done_at[i])
-        elif key[i] <= within:
-            found[m] = i
-            m += 1
-    within, kept = _bound(best), 0
-    for j in range(m):
-        if key[found[j]] <= within:
-            found[kept] = found[j]
-            kept += 1
-    return best, found[:kept]
+        if alive[i] and at[i] == (logged_up if up[i] else logged_down):
+            if done_at[i] <= by or remaining[i] <= done * bits[i]:
+                out[m] = i
+                m += 1
+    return out[:m]
 
 
 @njit(cache=True)
-def fresh(alive: np.ndarray, up: np.ndarray, at: np.ndarray, logged_up: int, logged_down: int):
-    """The open rows brought up to date with every event of their direction's log."""
-    out = np.empty(len(alive), dtype=np.bool_)
+def rows_where(alive: np.ndarray, column: np.ndarray, value: int) -> np.ndarray:
+    """The open rows whose ``column`` is ``value``."""
+    out = np.empty(len(alive), dtype=np.int64)
+    m = 0
     for i in range(len(alive)):
-        out[i] = alive[i] and at[i] == (logged_up if up[i] else logged_down)
-    return out
+        if alive[i] and column[i] == value:
+            out[m] = i
+            m += 1
+    return out[:m]
 
 
 @njit(cache=True)

@@ -317,8 +317,7 @@ class Medium(Interference):
         k = motion.tick(t)
         if k != self._tick:
             self._new_tick(k, t)
-        for h in motion.schedule.between(self._moved_until, t):
-            self._hand_over(h.client, h.target, h.t)
+        self._hand_overs(motion.schedule.between(self._moved_until, t))
         self._moved_until = max(self._moved_until, t)
         due = [s for s in self.suspended if s[0] <= t]
         if due:
@@ -332,6 +331,11 @@ class Medium(Interference):
         self._tick = k  # clients' positions: filled as asked for (_client_xy)
         self._aim(np.arange(len(self.slots)))
         self._plan = None
+
+    def _hand_overs(self, handovers: list) -> None:
+        """The ``handovers`` (in time order), one by one."""
+        for h in handovers:
+            self._hand_over(h.client, h.target, h.t)
 
     def _hand_over(self, client: int, target: int, t: float) -> None:
         """Detach ``client``'s open receptions at ``t``; they resume after the break."""

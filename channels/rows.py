@@ -16,7 +16,8 @@ the reception's whole life and a closed row goes on a free list. Besides
   its block ends or its deadline passes if nothing else changes;
 - ``key``: a time before which it cannot end, its block cannot end and its deadline
   cannot pass, whatever the others do (its bits at the rate it would have with no
-  interference from other cells).
+  interference from other cells); ``stamp``: bumped at each new key (the
+  :class:`~mecsim.channels.key_queue.KeyQueue` entry of an older key is stale).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from mecsim.channels.fluid import FIELDS
 from mecsim.channels.sharing import Reception
 
 STATE = ("anchor", "heard", "share_b", "share_p", "rate", "sinr", "done_at", "key")
-INTS = ("tx", "tr", "client", "at", "rx_cell")
+INTS = ("tx", "tr", "client", "at", "rx_cell", "stamp")
 
 
 class Rows:

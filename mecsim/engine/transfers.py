@@ -16,6 +16,7 @@ from mecsim.channels.sharing import Reception, Transmission
 from mecsim.engine.process import Process
 from mecsim.learning.devices import energy_j
 from mecsim.learning.state import Payload, by_identity, payload_nbytes
+from mecsim.net.handover import Handover
 from mecsim.net.network import upload_key
 from mecsim.net.radio import Broadcast, Delivery
 
@@ -265,22 +266,31 @@ class Transfers:
             at = schedule.next_after(now, now + HANDOVER_LOOKAHEAD_S)
             yield self.env.timeout((now + HANDOVER_LOOKAHEAD_S if math.isinf(at) else at) - now)
             schedule.advance(self.env.now)
+            due = []
             for h in schedule.handovers[recorded:]:
                 if h.t > self.env.now:
                     break
-                recorded += 1
-                self._record_handover(h.client, h.t, schedule.interruption_s)
+                due.append(h)
+            recorded += len(due)
+            if due:
+                self._record_handovers(due, schedule.interruption_s)
 
-    def _record_handover(self, client: int, t: float, break_s: float) -> None:
-        """The ``handover`` row of ``client`` at ``t``, recorded when its break ends (cut
-        off if the run ends first)."""
+    def _record_handovers(self, handovers: list[Handover], break_s: float) -> None:
+        """The ``handover`` rows of ``handovers`` (due now), recorded in order when their
+        break ends (each cut off if the run ends first): one timeout for all."""
 
-        def record(end: float, phase: str = "handover") -> None:
-            self.recorder.event(-1, client, phase, t, end)
+        def record(h: Handover, end: float, phase: str = "handover") -> None:
+            self.recorder.event(-1, h.client, phase, h.t, end)
 
-        token = self._begin(lambda: record(self.env.now, "handover:cutoff"))
-        over = self.env.timeout(break_s)
-        over.callbacks.append(lambda _: (self._end(token), record(t + break_s)))
+        tokens = [self._begin(lambda h=h: record(h, self.env.now, "handover:cutoff"))
+                  for h in handovers]  # fmt: skip
+
+        def over(_: object) -> None:
+            for h, token in zip(handovers, tokens, strict=True):
+                self._end(token)
+                record(h, h.t + break_s)
+
+        self.env.timeout(break_s).callbacks.append(over)
 
     def public_download(self) -> Process:
         """Every client downloads the public split once, before round 0 (a broadcast)."""

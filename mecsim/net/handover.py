@@ -36,6 +36,8 @@ from mecsim.net.mobility import Trajectories
 
 MAX_QUIET_TICKS = 1 << 40
 """A client that cannot hand over (static, or one cell) is measured again after this many."""
+WINDOW_TICKS = 64
+"""Ticks between scans of every client for those due soon (:meth:`HandoverSchedule._due`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,9 +78,14 @@ class HandoverSchedule:
         self._since = np.zeros(n, dtype=np.int64)
         self._busy_until = np.full(n, -math.inf)  # interrupted: no measurements
         self._next_check = np.zeros(n, dtype=np.int64)  # the next tick that measures it
+        self._near = (0, np.arange(n))  # (window end, the clients due before it)
         speed = trajectories.max_speed_mps
         self._reach = None if speed is None or pathloss.exponent <= 0 else speed * tick_s
         """How far a client can move in one tick (m); None: measure every client every tick."""
+        if self._reach is not None:
+            power = self._power
+            self._ratio = (self.margin * power[:, None] / power[None, :]) ** (1 / pathloss.exponent)
+            """``rho_c`` of the module's bound: [serving cell x cell]."""
         self.ticks = 0
         """Ticks evaluated: the schedule is known for times before ``ticks * tick_s``."""
         self.handovers: list[Handover] = []
@@ -104,9 +111,20 @@ class HandoverSchedule:
         gain = self.pathloss.gain_of_squared(squared)
         return np.multiply(gain, self._power[None, :], out=gain)
 
+    def _due(self, k: int) -> np.ndarray:
+        """The clients measured at tick ``k``, in order. Every ``WINDOW_TICKS`` ticks every
+        client is scanned for those due before the window's end; a tick scans those only
+        (a client's next check changes only when it is measured, so no other falls due)."""
+        end, near = self._near
+        if k >= end:
+            end = k + WINDOW_TICKS
+            near = np.flatnonzero(self._next_check < end)
+            self._near = (end, near)
+        return near[self._next_check[near] <= k]
+
     def _evaluate(self, k: int) -> None:
         t = self.tick_time(k)
-        clients = np.flatnonzero(self._next_check <= k)
+        clients = self._due(k)
         squared = self._squared_distances(t, clients)
         power = self._received(squared)
         rows, serving = np.arange(len(clients)), self.serving[clients]
@@ -140,9 +158,7 @@ class HandoverSchedule:
         distance = np.sqrt(squared)
         rows = np.arange(len(serving))
         own = distance[rows, serving][:, None]
-        ratio = (self.margin * self._power[serving][:, None] / self._power[None, :]) ** (
-            1.0 / self.pathloss.exponent
-        )
+        ratio = self._ratio[serving]
         room = (ratio * distance - own) / (1.0 + ratio) - 1e-9 * (distance + own)
         room[rows, serving] = np.inf
         with np.errstate(divide="ignore", invalid="ignore"):  # reach 0: clients stand still

@@ -68,19 +68,6 @@ def test_a_reception_below_its_outage_threshold_carries_nothing_for_that_piece()
     assert math.isclose(row["remaining"][0], 1e8 - 0.5 * shannon(0.0)[0], rel_tol=1e-12)
 
 
-def test_candidates_are_the_stale_rows_whose_bound_falls_before_the_best_fresh_end():
-    alive = np.array([True, True, True, True, False, True])
-    up = np.array([True, True, False, True, True, False])
-    at = np.array([4, 2, 1, 4, 0, 0])  # logs hold 4 uplink and 1 downlink events
-    done_at = np.array([7.0, 1.0, 5.0, 9.0, 0.5, 2.0])
-    key = np.array([0.0, 6.0, 0.0, 0.0, 0.0, 8.0])
-    best, rows = kernels.candidates(alive, up, at, 4, 1, done_at, key, math.inf)
-    assert best == 5.0  # rows 0, 2 and 3 are fresh; row 4 is closed
-    assert rows.tolist() == []  # row 1's key 6 and row 5's 8 fall after 5
-    best, rows = kernels.candidates(alive, up, at, 4, 1, done_at, key - 4.0, 4.5)
-    assert best == 4.5 and rows.tolist() == [1, 5]
-
-
 def test_a_few_receptions_uplink_interference_is_the_direct_sum():
     rng = np.random.default_rng(0)
     gains = rng.uniform(1e-15, 1e-12, size=(3, 8))

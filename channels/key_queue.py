@@ -1,0 +1,181 @@
+"""The event medium's open receptions in order of their keys: a heap with lazy deletion.
+
+:meth:`EventMedium._next_event <mecsim.channels.event_medium.EventMedium._next_event>`
+needs the earliest ``done_at`` of the receptions brought up to date and the others
+whose *key* (a time before which a reception cannot end, whatever the others do)
+falls before it. A scan of every row costs the rows on the air at every change point;
+walking the rows in key order stops at the first key past the best ``done_at`` found
+(a row's ``done_at`` is never before its key), so it costs the few rows that matter.
+
+Each refresh of a row pushes ``(key, row, stamp)`` with the row's stamp bumped; an
+entry whose row has closed or whose stamp is old is dropped when it reaches the top.
+The heap is rebuilt from the open rows when stale entries outnumber them.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit
+
+
+@njit(cache=True)
+def _sift_up(key: np.ndarray, row: np.ndarray, stamp: np.ndarray, i: int) -> None:
+    k, r, s = key[i], row[i], stamp[i]
+    while i > 0:
+        parent = (i - 1) >> 1
+        if key[parent] <= k:
+            break
+        key[i], row[i], stamp[i] = key[parent], row[parent], stamp[parent]
+        i = parent
+    key[i], row[i], stamp[i] = k, r, s
+
+
+@njit(cache=True)
+def _sift_down(key: np.ndarray, row: np.ndarray, stamp: np.ndarray, i: int, n: int) -> None:
+    k, r, s = key[i], row[i], stamp[i]
+    while True:
+        child = 2 * i + 1
+        if child >= n:
+            break
+        if child + 1 < n and key[child + 1] < key[child]:
+            child += 1
+        if key[child] >= k:
+            break
+        key[i], row[i], stamp[i] = key[child], row[child], stamp[child]
+        i = child
+    key[i], row[i], stamp[i] = k, r, s
+
+
+@njit(cache=True)
+def _push(hk: np.ndarray, hr: np.ndarray, hs: np.ndarray, size: np.ndarray, k: float,
+          r: int, s: int) -> None:  # fmt: skip
+    n = size[0]
+    hk[n], hr[n], hs[n] = k, r, s
+    size[0] = n + 1
+    _sift_up(hk, hr, hs, n)
+
+
+@njit(cache=True)
+def _pop(hk: np.ndarray, hr: np.ndarray, hs: np.ndarray, size: np.ndarray) -> None:
+    n = size[0] - 1
+    size[0] = n
+    if n > 0:
+        hk[0], hr[0], hs[0] = hk[n], hr[n], hs[n]
+        _sift_down(hk, hr, hs, 0, n)
+
+
+@njit(cache=True)
+def push_rows(hk: np.ndarray, hr: np.ndarray, hs: np.ndarray, size: np.ndarray,
+              rows: np.ndarray, key: np.ndarray, stamp: np.ndarray) -> None:  # fmt: skip
+    """Push each of ``rows`` at its ``key``, its ``stamp`` bumped (older entries go stale)."""
+    for i in range(len(rows)):
+        r = rows[i]
+        stamp[r] += 1
+        _push(hk, hr, hs, size, key[r], r, stamp[r])
+
+
+@njit(cache=True)
+def rebuild(hk: np.ndarray, hr: np.ndarray, hs: np.ndarray, size: np.ndarray,
+            rows: np.ndarray, key: np.ndarray, stamp: np.ndarray) -> None:  # fmt: skip
+    """The heap of ``rows`` only (at their current keys and stamps)."""
+    n = len(rows)
+    for i in range(n):
+        hk[i], hr[i], hs[i] = key[rows[i]], rows[i], stamp[rows[i]]
+    size[0] = n
+    for i in range(n // 2 - 1, -1, -1):
+        _sift_down(hk, hr, hs, i, n)
+
+
+@njit(cache=True)
+def _bound(t: float) -> float:
+    """``t`` and 1e-12 relative (inf if ``t`` is)."""
+    return t + 1e-12 * max(1.0, abs(t)) if math.isfinite(t) else math.inf
+
+
+@njit(cache=True)
+def candidates(
+    hk: np.ndarray, hr: np.ndarray, hs: np.ndarray, size: np.ndarray, stamp: np.ndarray,
+    alive: np.ndarray, up: np.ndarray, at: np.ndarray, logged_up: int, logged_down: int,
+    done_at: np.ndarray, key: np.ndarray, limit: float,
+) -> tuple[float, np.ndarray]:  # fmt: skip
+    """(the earliest ``done_at`` of the open rows brought up to date with every event of
+    their direction's log, at most ``limit``; the other open rows whose key falls at or
+    before it, to 1e-12 relative, in key order): the rows walked in key order until a key
+    passes the best ``done_at`` so far, then put back."""
+    best = limit
+    taken = np.empty(64, dtype=np.int64)
+    found = np.empty(64, dtype=np.int64)
+    m = f = 0
+    while size[0] > 0:
+        r, s, k = hr[0], hs[0], hk[0]
+        if not alive[r] or stamp[r] != s:
+            _pop(hk, hr, hs, size)  # stale
+            continue
+        if k > _bound(best):
+            break
+        _pop(hk, hr, hs, size)
+        if m == len(taken):
+            taken = np.concatenate((taken, np.empty(m, dtype=np.int64)))
+        taken[m] = r
+        m += 1
+        if at[r] == (logged_up if up[r] else logged_down):
+            best = min(best, done_at[r])
+        else:
+            if f == len(found):
+                found = np.concatenate((found, np.empty(f, dtype=np.int64)))
+            found[f] = r
+            f += 1
+    within, kept = _bound(best), 0
+    for j in range(m):  # put back (their keys are unchanged)
+        _push(hk, hr, hs, size, key[taken[j]], taken[j], stamp[taken[j]])
+    for j in range(f):
+        r = found[j]
+        if key[r] <= within:
+            found[kept] = r
+            kept += 1
+    return best, found[:kept]
+
+
+class KeyQueue:
+    """The heap's arrays, grown and rebuilt as rows are pushed (see the module docstring)."""
+
+    def __init__(self, capacity: int = 256) -> None:
+        self.key = np.empty(capacity)
+        self.row = np.empty(capacity, dtype=np.int64)
+        self.stamp = np.empty(capacity, dtype=np.int64)
+        self.size = np.zeros(1, dtype=np.int64)
+
+    def __len__(self) -> int:
+        return int(self.size[0])
+
+    def push(self, rows: np.ndarray, key: np.ndarray, stamp: np.ndarray, alive: np.ndarray) -> None:
+        """Push ``rows`` at their ``key`` (``stamp`` bumped); with more stale entries than
+        open rows, the heap is first rebuilt from the open rows (``alive``)."""
+        need = len(self) + len(rows)
+        if need > len(self.key):
+            open_rows = np.flatnonzero(alive)
+            if 2 * len(open_rows) + len(rows) < len(self.key):
+                rebuild(self.key, self.row, self.stamp, self.size, open_rows, key, stamp)
+            else:
+                size = 2 * (len(open_rows) + len(rows)) + 256
+                self.key, self.row, self.stamp = (
+                    np.empty(size),
+                    *(np.empty(size, dtype=np.int64) for _ in range(2)),
+                )
+                rebuild(self.key, self.row, self.stamp, self.size, open_rows, key, stamp)
+        push_rows(self.key, self.row, self.stamp, self.size, rows, key, stamp)
+
+    def candidates(self, stamp: np.ndarray, alive: np.ndarray, up: np.ndarray, at: np.ndarray,
+                   logged: tuple[int, int], done_at: np.ndarray, key: np.ndarray,
+                   limit: float) -> tuple[float, np.ndarray]:  # fmt: skip
+        """:func:`candidates` on this heap."""
+        return candidates(self.key, self.row, self.stamp, self.size, stamp, alive, up, at,
+                          *logged, done_at, key, limit)  # fmt: skip
+
+    def copy(self) -> KeyQueue:
+        twin = KeyQueue(0)
+        twin.key, twin.row, twin.stamp = self.key.copy(), self.row.copy(), self.stamp.copy()
+        twin.size = self.size.copy()
+        return twin
