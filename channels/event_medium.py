@@ -84,6 +84,9 @@ class EventMedium(Medium, Pieces):
         self._on_cell = np.concatenate([self._on_cell, cells])
         return super().add_all(placed)
 
+    def _senders(self, up: bool) -> np.ndarray:
+        return self._on_air[up]
+
     # --- transmissions ---------------------------------------------------------------------
     def _energy_now(self, x: int) -> float:
         """Transmitter ``x``'s energy per open transmission, up to now."""

@@ -40,6 +40,7 @@ class Interference:
     serving: np.ndarray | None
     _tx_cells: np.ndarray | None
     _static: tuple[np.ndarray, ...] | None
+    _bound: tuple | None
     _index: dict[int, int]
     _placed: np.ndarray
     client_x: np.ndarray
@@ -56,6 +57,20 @@ class Interference:
             assert self.serving is not None
             self._tx_cells = np.where(client >= 0, self.serving[np.maximum(client, 0)], cell)
         return self._tx_cells
+
+    def _cell_bound(self) -> int:
+        """One more than the highest cell a transmitter can be in (cached with the sites)."""
+        sites = self._sites()
+        if self._bound is None or self._bound[0] is not sites:
+            n = int(sites[2].max(initial=0)) + 1
+            if self.motion is not None:
+                n = max(n, len(self.motion.cells))  # type: ignore[attr-defined]
+            self._bound = (sites, n)
+        return self._bound[1]
+
+    def _senders(self, up: bool) -> np.ndarray:
+        """The transmitters of direction ``up`` on the air, in order."""
+        return np.flatnonzero((self.active_count > 0) & (self._sites()[3] == up))
 
     def _tx_xy(self, tx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Where transmitters ``tx`` are in this tick (moving uplinks: their clients)."""
@@ -132,15 +147,14 @@ class Interference:
         index = np.arange(len(self.slots)) if index is None else index
         up, tx = self.slots.up[index], a["tx"][index]
         heard = np.zeros(len(index))
-        x, y, _, is_up = self._sites()[:4]
+        x, y = self._sites()[:2]
         cell = self._cells()
-        on = self.active_count > 0
         power, width = self._power(), self._width()
         rx_cell = cell[tx]
-        co = self._co_matrix(int(max(cell.max(initial=0), rx_cell.max(initial=0))) + 1)
+        co = self._co_matrix(self._cell_bound())
         for direction in (True, False):
             mine = np.flatnonzero(up == direction)
-            senders = np.flatnonzero(on & (is_up == direction))
+            senders = self._senders(direction)
             if not len(mine) or not len(senders):
                 continue
             if direction:  # uplinks: one receiver per base station
