@@ -97,7 +97,7 @@ class EventMedium(Medium, Pieces):
     def _count(self, x: int, change: int) -> None:
         """Transmitter ``x`` gains or loses a transmission now: its receptions' shares
         change, and it turns on or off in its direction's log."""
-        rows = kernels.rows_where(self.slots.alive, self.slots.a["tx"], x)
+        rows = kernels.rows_where(self.slots.live, self.slots.a["tx"], x)
         if len(rows):
             self._evaluate(rows, self.now)
         self._energy[x], self._spent_at[x] = self._energy_now(x), self.now
@@ -133,7 +133,7 @@ class EventMedium(Medium, Pieces):
         self._version += 1
         x, up, a = self._tr_tx[tr], site.direction == "up", self.slots.a
         if transmission.worst:  # the group's rows share one anchor
-            group = kernels.rows_where(self.slots.alive, a["tr"], tr)
+            group = kernels.rows_where(self.slots.live, a["tr"], tr)
             if len(group):
                 self._evaluate(group, self.now)
         n = int(self.active_count[x])
@@ -165,7 +165,8 @@ class EventMedium(Medium, Pieces):
         if not len(worst):
             return rows
         a = self.slots.a
-        mates = np.flatnonzero(self.slots.alive & np.isin(a["tr"], a["tr"][worst]))
+        live = self.slots.live
+        mates = np.flatnonzero(live & np.isin(a["tr"][: len(live)], a["tr"][worst]))
         return np.union1d(rows, mates)
 
     def _refresh(self, rows: np.ndarray, t: float) -> None:
@@ -180,7 +181,7 @@ class EventMedium(Medium, Pieces):
         kernels.refresh(rows, t, *fields, _NO_CAP)
         if self.slots.worst[rows].any():
             kernels.refresh(rows, t, *fields, self._group_min(rows, a["rate"][rows]))
-        self._queue.push(rows, a["key"], a["stamp"], self.slots.alive)
+        self._queue.push(rows, a["key"], a["stamp"], self.slots.live)
 
     def _evaluate(self, rows: np.ndarray, t: float) -> None:
         """Bring ``rows`` (and their multicast mates) up to ``t``: their bits and SINR
@@ -234,7 +235,7 @@ class EventMedium(Medium, Pieces):
         a, now = self.slots.a, t + step
         tol = 1e-12 * max(1.0, abs(now))
         slots, logs = self.slots, self.logs  # rows exact (brought up to date) that end now
-        rows = self._groups(kernels.ending(slots.alive, slots.up, a["at"], logs[True].n,
+        rows = self._groups(kernels.ending(slots.live, slots.up, a["at"], logs[True].n,
                                            logs[False].n, a["done_at"], now + tol,
                                            a["remaining"], a["bits"], _DONE))  # fmt: skip
         self.now = now
@@ -287,7 +288,9 @@ class EventMedium(Medium, Pieces):
             return
         a = self.slots.a
         clients = np.array([h.client for h in handovers])
-        busy = set(a["client"][self.slots.alive & np.isin(a["client"], clients)].tolist())
+        live = self.slots.live
+        column = a["client"][: len(live)]
+        busy = set(column[live & np.isin(column, clients)].tolist())
         for h in handovers:
             if h.client in busy:
                 self._hand_over(h.client, h.target, h.t)
@@ -298,7 +301,7 @@ class EventMedium(Medium, Pieces):
     def _hand_over(self, client: int, target: int, t: float) -> None:
         assert self.motion is not None and self.serving is not None
         a = self.slots.a
-        mine = kernels.rows_where(self.slots.alive, a["client"], client)
+        mine = kernels.rows_where(self.slots.live, a["client"], client)
         if len(mine):
             self._evaluate(mine, self.now)
         self._serve(client, target)

@@ -23,6 +23,7 @@ the reception's whole life and a closed row goes on a free list. Besides
 from __future__ import annotations
 
 import copy
+import heapq
 
 import numpy as np
 
@@ -43,7 +44,10 @@ class Rows:
         self.worst = np.zeros(capacity, dtype=bool)
         self.alive = np.zeros(capacity, dtype=bool)
         self.objects: list[Reception | None] = [None] * capacity
-        self.free = list(range(capacity - 1, -1, -1))
+        self.free = list(range(capacity))
+        """Closed rows, a heap: the lowest is reused first, so open rows stay packed low."""
+        self.high = 0
+        """One more than the highest open row: scans stop there (:attr:`live`)."""
         self.count = 0
 
     def __len__(self) -> int:
@@ -51,7 +55,12 @@ class Rows:
 
     def index(self) -> np.ndarray:
         """The open rows."""
-        return np.flatnonzero(self.alive)
+        return np.flatnonzero(self.live)
+
+    @property
+    def live(self) -> np.ndarray:
+        """``alive`` up to the highest open row (a view): what a scan of open rows reads."""
+        return self.alive[: self.high]
 
     def _grow(self, need: int) -> None:
         old = len(self.alive)
@@ -62,7 +71,7 @@ class Rows:
         self.worst = np.concatenate([self.worst, np.zeros(extra, dtype=bool)])
         self.alive = np.concatenate([self.alive, np.zeros(extra, dtype=bool)])
         self.objects += [None] * extra
-        self.free = list(range(size - 1, old - 1, -1)) + self.free
+        self.free += range(old, size)  # larger than every closed row: still a heap
 
     def add(self, receptions: list[Reception], columns: dict[str, object]) -> np.ndarray:
         """Put ``receptions`` in free rows with ``columns`` (a list per reception or one
@@ -70,7 +79,9 @@ class Rows:
         n = len(receptions)
         if len(self.free) < n:
             self._grow(n - len(self.free))
-        rows = np.array([self.free.pop() for _ in range(n)], dtype=np.int64)
+        rows = np.array([heapq.heappop(self.free) for _ in range(n)], dtype=np.int64)
+        if n:
+            self.high = max(self.high, int(rows.max()) + 1)
         for f, values in columns.items():
             if f in ("up", "worst"):
                 getattr(self, f)[rows] = values
@@ -99,8 +110,12 @@ class Rows:
         self.alive[rows] = False
         for i in rows.tolist():
             self.objects[i] = None
-        self.free += rows.tolist()[::-1]
+        for i in rows.tolist():
+            heapq.heappush(self.free, i)
         self.count -= len(rows)
+        if self.high and not self.alive[self.high - 1]:
+            below = np.flatnonzero(self.alive[: self.high])
+            self.high = int(below[-1]) + 1 if len(below) else 0
         return gone  # type: ignore[return-value]
 
     def copy(self) -> tuple[Rows, dict[int, Reception]]:
@@ -109,7 +124,7 @@ class Rows:
         twin.a = {f: v.copy() for f, v in self.a.items()}
         twin.up, twin.worst, twin.alive = self.up.copy(), self.worst.copy(), self.alive.copy()
         twin.objects = [None if r is None else copy.copy(r) for r in self.objects]
-        twin.free, twin.count = list(self.free), self.count
+        twin.free, twin.count, twin.high = list(self.free), self.count, self.high
         twins = {id(r): c for r, c in zip(self.objects, twin.objects, strict=True) if r is not None}
         return twin, twins  # type: ignore[return-value]
 
