@@ -98,10 +98,10 @@ class EventMedium(Medium, Pieces):
         """Transmitter ``x`` gains or loses a transmission now: its receptions' shares
         change, and it turns on or off in its direction's log."""
         rows = kernels.rows_where(self.slots.live, self.slots.a["tx"], x)
-        if len(rows):
-            self._evaluate(rows, self.now)
-        self._energy[x], self._spent_at[x] = self._energy_now(x), self.now
         before = int(self.active_count[x])
+        if len(rows):  # refreshed below, with their new shares
+            self._evaluate(rows, self.now, refresh=before + change == 0)
+        self._energy[x], self._spent_at[x] = self._energy_now(x), self.now
         self.active_count[x] = before + change
         self._version += 1
         up = bool(self._sites()[3][x])
@@ -134,8 +134,8 @@ class EventMedium(Medium, Pieces):
         x, up, a = self._tr_tx[tr], site.direction == "up", self.slots.a
         if transmission.worst:  # the group's rows share one anchor
             group = kernels.rows_where(self.slots.live, a["tr"], tr)
-            if len(group):
-                self._evaluate(group, self.now)
+            if len(group):  # refreshed with the new rows
+                self._evaluate(group, self.now, refresh=False)
         n = int(self.active_count[x])
         columns: dict[str, object] = dict(fluid.reception_fields(receptions, rx, self.now))
         columns.update(tx=x, tr=tr, up=up, worst=transmission.worst, rx_cell=site.cell,
@@ -183,9 +183,10 @@ class EventMedium(Medium, Pieces):
             kernels.refresh(rows, t, *fields, self._group_min(rows, a["rate"][rows]))
         self._queue.push(rows, a["key"], a["stamp"], self.slots.live)
 
-    def _evaluate(self, rows: np.ndarray, t: float) -> None:
+    def _evaluate(self, rows: np.ndarray, t: float, refresh: bool = True) -> None:
         """Bring ``rows`` (and their multicast mates) up to ``t``: their bits and SINR
-        integrated over the pieces since their anchors; then re-anchored at ``t``."""
+        integrated over the pieces since their anchors; then re-anchored at ``t`` (and
+        refreshed, unless the caller refreshes them itself once it has changed them)."""
         rows = self._groups(rows)
         a = self.slots.a
         for up in (True, False):
@@ -201,7 +202,8 @@ class EventMedium(Medium, Pieces):
             if len(moved):
                 self._integrate(moved, log, t)
             a["anchor"][mine], a["at"][mine] = t, log.n
-        self._refresh(rows, t)
+        if refresh:
+            self._refresh(rows, t)
 
     # --- the clock -------------------------------------------------------------------------
     def _next_event(self, t: float, limit: float) -> float:
@@ -270,8 +272,8 @@ class EventMedium(Medium, Pieces):
     # --- moving clients --------------------------------------------------------------------
     def _new_tick(self, k: int, t: float) -> None:
         rows = self.slots.index()
-        if len(rows):
-            self._evaluate(rows, t)  # at the old tick's gains
+        if len(rows):  # at the old tick's gains; refreshed at the new tick's below
+            self._evaluate(rows, t, refresh=False)
         self._version += 1
         self._tick = k  # clients' positions: filled as asked for (_client_xy)
         for log in self.logs.values():
@@ -302,8 +304,8 @@ class EventMedium(Medium, Pieces):
         assert self.motion is not None and self.serving is not None
         a = self.slots.a
         mine = kernels.rows_where(self.slots.live, a["client"], client)
-        if len(mine):
-            self._evaluate(mine, self.now)
+        if len(mine):  # they leave; their multicast mates are refreshed below
+            self._evaluate(mine, self.now, refresh=False)
         self._serve(client, target)
         self._version += 1
         if not len(mine):
