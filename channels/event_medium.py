@@ -176,7 +176,7 @@ class EventMedium(Medium, Pieces):
         rows = self._groups(rows)
         a = self.slots.a
         columns = ("start", "block", "coherence", "deadline", "rate", "sinr", "done_at", "key")
-        fields = (a["remaining"], a["heard"], a["share_b"], a["share_p"],
+        fields = (a["remaining"], a["bits"], _DONE, a["heard"], a["share_b"], a["share_p"],
                   *(a[f] for f in (*LINK, *columns)))  # fmt: skip
         kernels.refresh(rows, t, *fields, _NO_CAP)
         if self.slots.worst[rows].any():
@@ -236,10 +236,10 @@ class EventMedium(Medium, Pieces):
         do; the others stay anchored."""
         a, now = self.slots.a, t + step
         tol = 1e-12 * max(1.0, abs(now))
-        slots, logs = self.slots, self.logs  # rows exact (brought up to date) that end now
-        rows = self._groups(kernels.ending(slots.live, slots.up, a["at"], logs[True].n,
-                                           logs[False].n, a["done_at"], now + tol,
-                                           a["remaining"], a["bits"], _DONE))  # fmt: skip
+        slots, logged = self.slots, (self.logs[True].n, self.logs[False].n)
+        rows = self._groups(self._queue.ending(a["stamp"], slots.alive, slots.up, a["at"], logged,
+                                               a["done_at"], a["remaining"], a["bits"], _DONE,
+                                               a["key"], now + tol))  # fmt: skip
         self.now = now
         if not len(rows):
             return []

@@ -75,17 +75,19 @@ def integrate(
 
 @njit(cache=True)
 def refresh(
-    rows: np.ndarray, t: float, remaining: np.ndarray, heard: np.ndarray,
-    share_b: np.ndarray, share_p: np.ndarray, noise_psd: np.ndarray, fade: np.ndarray,
-    path_gain: np.ndarray, interference_w: np.ndarray, efficiency: np.ndarray,
-    min_sinr: np.ndarray, start: np.ndarray, block: np.ndarray, coherence: np.ndarray,
-    deadline: np.ndarray, rate: np.ndarray, sinr: np.ndarray, done_at: np.ndarray,
-    key: np.ndarray, cap: np.ndarray,
+    rows: np.ndarray, t: float, remaining: np.ndarray, bits: np.ndarray, done: float,
+    heard: np.ndarray, share_b: np.ndarray, share_p: np.ndarray, noise_psd: np.ndarray,
+    fade: np.ndarray, path_gain: np.ndarray, interference_w: np.ndarray,
+    efficiency: np.ndarray, min_sinr: np.ndarray, start: np.ndarray, block: np.ndarray,
+    coherence: np.ndarray, deadline: np.ndarray, rate: np.ndarray, sinr: np.ndarray,
+    done_at: np.ndarray, key: np.ndarray, cap: np.ndarray,
 ) -> None:  # fmt: skip
     """Rows ``rows`` anchored at ``t``: their rate and SINR at the interference ``heard``
     (the rate at most ``cap[i]`` where ``cap`` is given: a fixed-rate multicast at its
     lowest), when each ends if nothing changes (``done_at``: done, its fading block over
-    or its deadline passed) and the same with no interference from other cells (``key``)."""
+    or its deadline passed) and the same with no interference from other cells (``key``;
+    ``t`` for a row already done, at most ``done`` of its ``bits`` left, which ends at
+    the next change point)."""
     for i in range(len(rows)):
         r = rows[i]
         link = (share_b[r], share_p[r], noise_psd[r], fade[r], path_gain[r],
@@ -97,24 +99,8 @@ def refresh(
         own = min(start[r] + (block[r] + 1) * coherence[r], deadline[r])
         done_at[r] = min(t + remaining[r] / rate[r] if rate[r] > 0 else math.inf, own)
         key[r] = min(t + remaining[r] / best if best > 0 else math.inf, own)
-
-
-@njit(cache=True)
-def ending(
-    alive: np.ndarray, up: np.ndarray, at: np.ndarray, logged_up: int, logged_down: int,
-    done_at: np.ndarray, by: float, remaining: np.ndarray, bits: np.ndarray, done: float,
-) -> np.ndarray:  # fmt: skip
-    """The open rows brought up to date with every event of their direction's log that end,
-    fail or start a fading block by ``by`` (``done_at``), or are done (``remaining`` at
-    most ``done`` of their ``bits``)."""
-    out = np.empty(len(alive), dtype=np.int64)
-    m = 0
-    for i in range(len(alive)):
-        if alive[i] and at[i] == (logged_up if up[i] else logged_down):
-            if done_at[i] <= by or remaining[i] <= done * bits[i]:
-                out[m] = i
-                m += 1
-    return out[:m]
+        if remaining[r] <= done * bits[r]:
+            key[r] = t
 
 
 @njit(cache=True)

@@ -138,6 +138,43 @@ def candidates(
     return best, found[:kept]
 
 
+@njit(cache=True)
+def ending(
+    hk: np.ndarray, hr: np.ndarray, hs: np.ndarray, size: np.ndarray, stamp: np.ndarray,
+    alive: np.ndarray, up: np.ndarray, at: np.ndarray, logged_up: int, logged_down: int,
+    done_at: np.ndarray, remaining: np.ndarray, bits: np.ndarray, done: float,
+    key: np.ndarray, by: float,
+) -> np.ndarray:  # fmt: skip
+    """The open rows brought up to date with every event of their direction's log that
+    end, fail or start a fading block by ``by`` (``done_at``) or are done (at most ``done``
+    of their ``bits`` left: their key is their anchor), in row order: the rows whose key
+    falls by ``by``, walked in key order and put back."""
+    taken = np.empty(64, dtype=np.int64)
+    m = 0
+    while size[0] > 0:
+        r, s = hr[0], hs[0]
+        if not alive[r] or stamp[r] != s:
+            _pop(hk, hr, hs, size)  # stale
+            continue
+        if hk[0] > by:
+            break
+        _pop(hk, hr, hs, size)
+        if m == len(taken):
+            taken = np.concatenate((taken, np.empty(m, dtype=np.int64)))
+        taken[m] = r
+        m += 1
+    found = np.empty(m, dtype=np.int64)
+    f = 0
+    for j in range(m):
+        r = taken[j]
+        _push(hk, hr, hs, size, key[r], r, stamp[r])
+        if at[r] == (logged_up if up[r] else logged_down):
+            if done_at[r] <= by or remaining[r] <= done * bits[r]:
+                found[f] = r
+                f += 1
+    return np.sort(found[:f])
+
+
 class KeyQueue:
     """The heap's arrays, grown and rebuilt as rows are pushed (see the module docstring)."""
 
@@ -173,6 +210,13 @@ class KeyQueue:
         """:func:`candidates` on this heap."""
         return candidates(self.key, self.row, self.stamp, self.size, stamp, alive, up, at,
                           *logged, done_at, key, limit)  # fmt: skip
+
+    def ending(self, stamp: np.ndarray, alive: np.ndarray, up: np.ndarray, at: np.ndarray,
+               logged: tuple[int, int], done_at: np.ndarray, remaining: np.ndarray,
+               bits: np.ndarray, done: float, key: np.ndarray, by: float) -> np.ndarray:  # fmt: skip
+        """:func:`ending` on this heap."""
+        return ending(self.key, self.row, self.stamp, self.size, stamp, alive, up, at, *logged,
+                      done_at, remaining, bits, done, key, by)  # fmt: skip
 
     def copy(self) -> KeyQueue:
         twin = KeyQueue(0)

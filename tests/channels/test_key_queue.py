@@ -70,3 +70,28 @@ def test_the_walk_agrees_with_a_scan_through_pushes_closes_and_reuses(seed):
         done_at[touched] = key[touched] + rng.exponential(3.0, len(touched))
         at[touched] = rng.integers(0, 3, len(touched))
         queue.push(touched, key, stamp, alive)
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_the_rows_ending_by_a_time_are_those_a_scan_finds_in_row_order(seed):
+    rng = np.random.default_rng(100 + seed)
+    n = 300
+    alive = rng.random(n) < 0.7
+    up = rng.random(n) < 0.5
+    at = rng.integers(0, 2, n)
+    logged = (1, 1)
+    key = rng.uniform(0, 10, n)
+    done_at = key + rng.exponential(1.0, n)
+    bits = np.full(n, 1e6)
+    remaining = rng.uniform(1.0, 1e6, n)
+    finished = rng.random(n) < 0.1  # done: a refresh set their key to their anchor, 0
+    remaining[finished], key[finished] = 1e-4, 0.0
+    stamp = np.zeros(n, dtype=np.int64)
+    queue = queue_of(np.flatnonzero(alive), key, stamp, alive)
+    for by in sorted(rng.uniform(0, 12, 5)):
+        rows = queue.ending(stamp, alive, up, at, logged, done_at, remaining, bits, 1e-9, key, by)
+        fresh = alive & (at == 1)
+        expected = np.flatnonzero(fresh & ((done_at <= by) | (remaining <= 1e-9 * bits)))
+        assert rows.tolist() == expected.tolist()
+        again = queue.ending(stamp, alive, up, at, logged, done_at, remaining, bits, 1e-9, key, by)
+        assert again.tolist() == rows.tolist()  # what the walk took it put back
