@@ -95,6 +95,27 @@ def _bound(t: float) -> float:
 
 
 @njit(cache=True)
+def _top(hk: np.ndarray, hr: np.ndarray, hs: np.ndarray, size: np.ndarray, alive: np.ndarray,
+         stamp: np.ndarray) -> int:  # fmt: skip
+    """The row of the first valid entry on top (stale ones dropped on the way); -1: none."""
+    while size[0] > 0:
+        r = hr[0]
+        if alive[r] and stamp[r] == hs[0]:
+            return r
+        _pop(hk, hr, hs, size)
+    return -1
+
+
+@njit(cache=True)
+def _append(values: np.ndarray, m: int, value: int) -> np.ndarray:
+    """``values`` with ``value`` at ``m`` (grown when full)."""
+    if m == len(values):
+        values = np.concatenate((values, np.empty(m, dtype=np.int64)))
+    values[m] = value
+    return values
+
+
+@njit(cache=True)
 def candidates(
     hk: np.ndarray, hr: np.ndarray, hs: np.ndarray, size: np.ndarray, stamp: np.ndarray,
     alive: np.ndarray, up: np.ndarray, at: np.ndarray, logged_up: int, logged_down: int,
@@ -105,35 +126,26 @@ def candidates(
     before it, to 1e-12 relative, in key order): the rows walked in key order until a key
     passes the best ``done_at`` so far, then put back."""
     best = limit
-    taken = np.empty(64, dtype=np.int64)
-    found = np.empty(64, dtype=np.int64)
+    taken, found = np.empty(64, dtype=np.int64), np.empty(64, dtype=np.int64)
     m = f = 0
-    while size[0] > 0:
-        r, s, k = hr[0], hs[0], hk[0]
-        if not alive[r] or stamp[r] != s:
-            _pop(hk, hr, hs, size)  # stale
-            continue
-        if k > _bound(best):
+    while True:
+        r = _top(hk, hr, hs, size, alive, stamp)
+        if r < 0 or hk[0] > _bound(best):
             break
         _pop(hk, hr, hs, size)
-        if m == len(taken):
-            taken = np.concatenate((taken, np.empty(m, dtype=np.int64)))
-        taken[m] = r
+        taken = _append(taken, m, r)
         m += 1
         if at[r] == (logged_up if up[r] else logged_down):
             best = min(best, done_at[r])
         else:
-            if f == len(found):
-                found = np.concatenate((found, np.empty(f, dtype=np.int64)))
-            found[f] = r
+            found = _append(found, f, r)
             f += 1
-    within, kept = _bound(best), 0
     for j in range(m):  # put back (their keys are unchanged)
         _push(hk, hr, hs, size, key[taken[j]], taken[j], stamp[taken[j]])
+    within, kept = _bound(best), 0
     for j in range(f):
-        r = found[j]
-        if key[r] <= within:
-            found[kept] = r
+        if key[found[j]] <= within:
+            found[kept] = found[j]
             kept += 1
     return best, found[:kept]
 
@@ -149,30 +161,24 @@ def ending(
     end, fail or start a fading block by ``by`` (``done_at``) or are done (at most ``done``
     of their ``bits`` left: their key is their anchor), in row order: the rows whose key
     falls by ``by``, walked in key order and put back."""
-    taken = np.empty(64, dtype=np.int64)
-    m = 0
-    while size[0] > 0:
-        r, s = hr[0], hs[0]
-        if not alive[r] or stamp[r] != s:
-            _pop(hk, hr, hs, size)  # stale
-            continue
-        if hk[0] > by:
+    found = np.empty(64, dtype=np.int64)
+    f = 0
+    while True:
+        r = _top(hk, hr, hs, size, alive, stamp)
+        if r < 0 or hk[0] > by:
             break
         _pop(hk, hr, hs, size)
-        if m == len(taken):
-            taken = np.concatenate((taken, np.empty(m, dtype=np.int64)))
-        taken[m] = r
-        m += 1
-    found = np.empty(m, dtype=np.int64)
-    f = 0
-    for j in range(m):
-        r = taken[j]
-        _push(hk, hr, hs, size, key[r], r, stamp[r])
+        found = _append(found, f, r)
+        f += 1
+    kept = 0
+    for j in range(f):
+        r = found[j]
+        _push(hk, hr, hs, size, key[r], r, stamp[r])  # put back
         if at[r] == (logged_up if up[r] else logged_down):
             if done_at[r] <= by or remaining[r] <= done * bits[r]:
-                found[f] = r
-                f += 1
-    return np.sort(found[:f])
+                found[kept] = r
+                kept += 1
+    return np.sort(found[:kept])
 
 
 class KeyQueue:
