@@ -87,6 +87,14 @@ class EventMedium(Medium, Pieces):
     def _senders(self, up: bool) -> np.ndarray:
         return self._on_air[up]
 
+    def _prefix_sums(
+        self, stations: np.ndarray, which: np.ndarray, band: np.ndarray, senders: np.ndarray,
+        sender_cell: np.ndarray, co: np.ndarray, gains: np.ndarray,
+    ) -> np.ndarray:  # fmt: skip
+        """:func:`~mecsim.channels.kernels.station_prefix_sums` (the same arithmetic)."""
+        return kernels.station_prefix_sums(stations, which, band, senders,
+                                           self._width()[senders], sender_cell, co, gains)  # fmt: skip
+
     # --- transmissions ---------------------------------------------------------------------
     def _energy_now(self, x: int) -> float:
         """Transmitter ``x``'s energy per open transmission, up to now."""

@@ -235,8 +235,17 @@ class Interference:
             chosen = np.zeros(len(width), dtype=bool)
             chosen[senders] = True
             senders = self._by_band()[chosen[self._by_band()]]
-        widths = width[senders]
-        g = gains[:, senders] * co[stations][:, cell[senders]]
+        return self._prefix_sums(stations, which, band, senders, cell[senders], co, gains)
+
+    def _prefix_sums(
+        self, stations: np.ndarray, which: np.ndarray, band: np.ndarray, senders: np.ndarray,
+        sender_cell: np.ndarray, co: np.ndarray, gains: np.ndarray,
+    ) -> np.ndarray:  # fmt: skip
+        """:meth:`_at_stations` over ``senders`` sorted by band: per station, prefix sums of
+        ``P h`` and ``P h / B`` over them; a reception at station row ``which`` holding
+        ``band`` counts those of band <= b fully, the wider ones by b / B."""
+        widths = self._width()[senders]
+        g = gains[:, senders] * co[stations][:, sender_cell]
         zero = np.zeros((len(stations), 1))
         full = np.concatenate([zero, np.cumsum(g, axis=1)], axis=1)
         scaled = np.concatenate([zero, np.cumsum(g / widths, axis=1)], axis=1)

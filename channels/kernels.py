@@ -132,3 +132,32 @@ def station_sums(
                 total += gains[station_row[i], x] * min(1.0, band[i] / width[x])
         out[i] = total
     return out
+
+
+@njit(cache=True)
+def station_prefix_sums(
+    stations: np.ndarray, which: np.ndarray, band: np.ndarray, senders: np.ndarray,
+    widths: np.ndarray, sender_cell: np.ndarray, co: np.ndarray, gains: np.ndarray,
+) -> np.ndarray:  # fmt: skip
+    """Uplink interference of receptions decoded at base station ``which`` (a row of
+    ``gains``, in cell ``stations[which]``) holding ``band``, over ``senders`` sorted by
+    band (``widths``): per station, prefix sums of ``P h`` and of ``P h / B`` over the
+    co-channel senders; a reception counts the senders of band <= b fully and the wider
+    ones by b / B (``Interference._at_stations``' arithmetic, in its order)."""
+    m = len(senders)
+    full = np.zeros((len(stations), m + 1))
+    scaled = np.zeros((len(stations), m + 1))
+    for s in range(len(stations)):
+        total = per_hz = 0.0
+        for j in range(m):
+            g = gains[s, senders[j]] * (1.0 if co[stations[s], sender_cell[j]] else 0.0)
+            total += g
+            per_hz += g / widths[j]
+            full[s, j + 1] = total
+            scaled[s, j + 1] = per_hz
+    out = np.empty(len(which))
+    for i in range(len(which)):
+        k = np.searchsorted(widths, band[i], side="right")
+        w = which[i]
+        out[i] = full[w, k] + band[i] * (scaled[w, m] - scaled[w, k])
+    return out

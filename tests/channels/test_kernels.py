@@ -80,3 +80,22 @@ def test_a_few_receptions_uplink_interference_is_the_direct_sum():
         expected = sum(gains[row, x] * min(1.0, band / width[x])
                        for x, c in zip(senders, sender_cell, strict=True) if co[cell, c])  # fmt: skip
         assert math.isclose(heard[i], expected, rel_tol=1e-12)
+
+
+def test_uplink_prefix_sums_give_each_reception_its_direct_sum_over_senders_of_any_band():
+    rng = np.random.default_rng(1)
+    stations, co = np.array([0, 1, 2]), ~np.eye(3, dtype=bool)
+    gains = rng.uniform(1e-15, 1e-12, size=(3, 12))
+    senders = np.array([0, 2, 3, 5, 7, 8, 11])
+    widths = rng.choice([B / 2, B, 2 * B], size=len(senders))
+    order = np.argsort(widths, kind="stable")
+    senders, widths = senders[order], widths[order]
+    sender_cell = rng.integers(0, 3, size=len(senders))
+    which, band = np.array([0, 1, 2, 1]), np.array([B / 2, B, 3 * B, 0.7 * B])
+    heard = kernels.station_prefix_sums(stations, which, band, senders, widths, sender_cell,
+                                        co, gains)  # fmt: skip
+    for i, (w, b) in enumerate(zip(which, band, strict=True)):
+        expected = sum(gains[w, x] * min(1.0, b / width)
+                       for x, width, c in zip(senders, widths, sender_cell, strict=True)
+                       if co[stations[w], c])  # fmt: skip
+        assert math.isclose(heard[i], expected, rel_tol=1e-12)
