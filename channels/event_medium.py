@@ -48,6 +48,7 @@ from mecsim.channels.sharing import (
 _FIRST = 32  # receptions brought up to date first when the next change point is unknown
 _CELLS = 1 << 20  # most (reception, event) pairs one array pass integrates
 _NO_CAP = np.zeros(0)  # kernels.refresh with no cap on the rates
+_NONE = np.zeros(0, dtype=np.int64)  # no rows
 
 
 class _View:
@@ -105,10 +106,11 @@ class EventMedium(Medium, Pieces):
     def _count(self, x: int, change: int) -> None:
         """Transmitter ``x`` gains or loses a transmission now: its receptions' shares
         change, and it turns on or off in its direction's log."""
-        rows = kernels.rows_where(self.slots.live, self.slots.a["tx"], x)
         before = int(self.active_count[x])
+        keeps = before > 0 and before + change > 0  # else it has no rows (none open)
+        rows = kernels.rows_where(self.slots.live, self.slots.a["tx"], x) if keeps else _NONE
         if len(rows):  # refreshed below, with their new shares
-            self._evaluate(rows, self.now, refresh=before + change == 0)
+            self._evaluate(rows, self.now, refresh=False)
         self._energy[x], self._spent_at[x] = self._energy_now(x), self.now
         self.active_count[x] = before + change
         self._version += 1
@@ -117,11 +119,13 @@ class EventMedium(Medium, Pieces):
         if before == 0:
             self._on_cell[x] = int(self._cells()[x])
             self.logs[up].append(self.now, x, 1.0, int(self._on_cell[x]))
-            self._on_air[up] = np.insert(on, np.searchsorted(on, x), x)
+            i = int(np.searchsorted(on, x))
+            self._on_air[up] = np.concatenate((on[:i], np.array([x]), on[i:]))
         elif before + change == 0:
             self.logs[up].append(self.now, x, -1.0, int(self._on_cell[x]))
-            self._on_air[up] = np.delete(on, np.searchsorted(on, x))
-        if len(rows) and before + change > 0:
+            i = int(np.searchsorted(on, x))
+            self._on_air[up] = np.concatenate((on[:i], on[i + 1 :]))
+        if len(rows):
             a = self.slots.a
             a["share_b"][rows] = self._width()[x] / (before + change)
             a["share_p"][rows] = self._power()[x] / (before + change)
