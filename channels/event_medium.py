@@ -51,14 +51,6 @@ _NO_CAP = np.zeros(0)  # kernels.refresh with no cap on the rates
 _NONE = np.zeros(0, dtype=np.int64)  # no rows
 
 
-class _View:
-    """Rows ``index`` of :class:`Rows` as the :class:`fluid.Slots` that ``fluid.step`` reads."""
-
-    def __init__(self, rows: Rows, index: np.ndarray) -> None:
-        self.a = {f: rows.a[f][index] for f in fluid.FIELDS}
-        self.objects = [rows.objects[i] for i in index.tolist()]
-
-
 class EventMedium(Medium, Pieces):
     """A :class:`Medium` whose receptions are brought up to date only when they matter
     (see the module docstring)."""
@@ -256,14 +248,13 @@ class EventMedium(Medium, Pieces):
         if not len(rows):
             return []
         self._version += 1
-        span = t - a["anchor"][rows]  # exact rows anchored before t: no event since
-        a["remaining"][rows] -= a["rate"][rows] * span
-        a["sinr_time"][rows] += a["sinr"][rows] * span
-        view = _View(self.slots, rows)
-        done, failed, end = fluid.step(view, t, step, a["rate"][rows], a["sinr"][rows])  # type: ignore[arg-type]
-        for f in ("remaining", "sinr_time", "block", "fade"):
-            a[f][rows] = view.a[f]
-        a["anchor"][rows] = now
+        # exact rows, anchored before t (no event since): to t, then the step
+        done, failed, end, over = kernels.step_rows(
+            rows, t, step, _DONE, *(a[f] for f in ("anchor", "remaining", "bits", "sinr_time",
+            "rate", "sinr", "deadline", "start", "block", "coherence"))
+        )  # fmt: skip
+        for i in rows[over].tolist():  # a new fading block
+            a["fade"][i] = self.slots.objects[i].track.gain(int(a["block"][i]))  # type: ignore[union-attr]
         closing = rows[done]
         trs, ends, fails = a["tr"][closing].tolist(), end[done].tolist(), failed[done].tolist()
         gone = self.slots.remove(closing)

@@ -161,3 +161,40 @@ def station_prefix_sums(
         w = which[i]
         out[i] = full[w, k] + band[i] * (scaled[w, m] - scaled[w, k])
     return out
+
+
+@njit(cache=True)
+def step_rows(
+    rows: np.ndarray, t: float, step: float, done: float, anchor: np.ndarray,
+    remaining: np.ndarray, bits: np.ndarray, sinr_time: np.ndarray, rate: np.ndarray,
+    sinr: np.ndarray, deadline: np.ndarray, start: np.ndarray, block: np.ndarray,
+    coherence: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
+    """Rows ``rows`` (exact, at their rates since their anchors) from their anchors to
+    ``t``, then one step of length ``step``: :func:`mecsim.channels.fluid.step`'s
+    arithmetic on scalars, in its order. Returns (ended, failed, end time, fading block
+    over: ``block`` moved on, the caller draws its gain); anchors at ``t + step``."""
+    now = t + step
+    tol = 1e-12 * max(1.0, abs(now))
+    n = len(rows)
+    ended, failed = np.zeros(n, dtype=np.bool_), np.zeros(n, dtype=np.bool_)
+    end, boundary = np.empty(n), np.zeros(n, dtype=np.bool_)
+    for i in range(n):
+        r = rows[i]
+        span = t - anchor[r]
+        remaining[r] -= rate[r] * span
+        sinr_time[r] += sinr[r] * span
+        need = remaining[r] / rate[r] if rate[r] > 0 else math.inf
+        finished = need <= step + tol or remaining[r] <= done * bits[r]
+        air = min(need, step) if finished else step
+        sinr_time[r] = sinr_time[r] + sinr[r] * air
+        remaining[r] = 0.0 if finished else remaining[r] - rate[r] * step
+        failed[i] = not finished and now >= deadline[r] - tol
+        over = start[r] + (block[r] + 1) * coherence[r]
+        if not finished and not failed[i] and now >= over - tol:
+            block[r] += 1
+            boundary[i] = True
+        end[i] = t + air if finished else now
+        ended[i] = finished or failed[i]
+        anchor[r] = now
+    return ended, failed, end, boundary

@@ -99,3 +99,35 @@ def test_uplink_prefix_sums_give_each_reception_its_direct_sum_over_senders_of_a
                        for x, width, c in zip(senders, widths, sender_cell, strict=True)
                        if co[stations[w], c])  # fmt: skip
         assert math.isclose(heard[i], expected, rel_tol=1e-12)
+
+
+def test_a_step_of_rows_is_the_fluid_models_step_bit_for_bit():
+    from types import SimpleNamespace
+
+    from mecsim.channels import fluid
+
+    rng = np.random.default_rng(2)
+    n, t, step = 40, 3.0, 0.25
+    a = {"anchor": rng.uniform(2.0, 3.0, n), "bits": np.full(n, 1e6),
+         "remaining": rng.choice([1e-4, 5e4, 1e6], n), "sinr_time": rng.uniform(0, 1, n),
+         "rate": rng.choice([0.0, 1e5, 1e6], n), "sinr": rng.uniform(0, 10, n),
+         "deadline": rng.choice([3.1, 3.25, 9.0], n), "start": np.zeros(n),
+         "block": rng.integers(0, 5, n).astype(float), "coherence": rng.choice([0.5, 0.65], n)}  # fmt: skip
+    expected = {f: v.copy() for f, v in a.items()}
+    span = t - expected["anchor"]  # to t first, as the event medium does
+    expected["remaining"] -= expected["rate"] * span
+    expected["sinr_time"] += expected["sinr"] * span
+    track = SimpleNamespace(gain=lambda block: 1.0)
+    view = SimpleNamespace(a={**expected, "fade": np.ones(n)},
+                           objects=[SimpleNamespace(track=track)] * n)  # fmt: skip
+    done, failed, end = fluid.step(view, t, step, expected["rate"], expected["sinr"])
+    rows = np.arange(n)
+    ended, fails, ends, over = kernels.step_rows(
+        rows, t, step, 1e-9, *(a[f] for f in ("anchor", "remaining", "bits", "sinr_time", "rate",
+                                             "sinr", "deadline", "start", "block", "coherence"))
+    )  # fmt: skip
+    assert ended.tolist() == done.tolist() and fails.tolist() == failed.tolist()
+    assert ends.tolist() == end.tolist() and done.any() and failed.any() and over.any()
+    for f in ("remaining", "sinr_time", "block"):
+        assert a[f].tolist() == view.a[f].tolist(), f
+    assert np.all(a["anchor"] == t + step)
