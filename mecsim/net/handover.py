@@ -155,17 +155,9 @@ class HandoverSchedule:
         one (the module's bound), 0 for ``watch`` clients or without a speed bound."""
         if self._reach is None:
             return np.zeros(len(serving), dtype=np.int64)
-        distance = np.sqrt(squared)
-        rows = np.arange(len(serving))
-        own = distance[rows, serving][:, None]
-        ratio = self._ratio[serving]
-        room = (ratio * distance - own) / (1.0 + ratio) - 1e-9 * (distance + own)
-        room[rows, serving] = np.inf
-        with np.errstate(divide="ignore", invalid="ignore"):  # reach 0: clients stand still
-            ticks = np.floor(np.min(room, axis=1) / self._reach)
-        ticks = np.clip(np.nan_to_num(ticks, nan=0.0), 0, MAX_QUIET_TICKS).astype(np.int64)
-        ticks[watch] = 0
-        return ticks
+        from mecsim.net.handover_bound import quiet_ticks  # numba: moving runs only
+
+        return quiet_ticks(squared, serving, self._ratio, self._reach, watch, MAX_QUIET_TICKS)
 
     def advance(self, t: float) -> None:
         """Evaluate every tick at or before ``t``."""
