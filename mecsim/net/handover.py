@@ -36,7 +36,7 @@ from mecsim.net.mobility import Trajectories
 
 MAX_QUIET_TICKS = 1 << 40
 """A client that cannot hand over (static, or one cell) is measured again after this many."""
-WINDOW_TICKS = 64
+WINDOW_TICKS = 16
 """Ticks between scans of every client for those due soon (:meth:`HandoverSchedule._due`)."""
 
 

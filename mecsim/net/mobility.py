@@ -163,9 +163,10 @@ class RandomWaypoint(Trajectories):
     @staticmethod
     def _interpolate(t: float, legs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         depart, arrive, x0, y0, x1, y1 = legs
-        with np.errstate(invalid="ignore", divide="ignore"):
-            done = np.where(arrive > depart, (t - depart) / (arrive - depart), 1.0)
-        done = np.clip(done, 0.0, 1.0)
+        span = arrive - depart
+        moving = span > 0  # arrive > depart (a paused leg has none)
+        done = np.where(moving, (t - depart) / np.where(moving, span, 1.0), 1.0)
+        done = np.minimum(np.maximum(done, 0.0), 1.0)
         return x0 + done * (x1 - x0), y0 + done * (y1 - y0)
 
 
