@@ -94,16 +94,16 @@ class Interference:
         if len(self._placed) != len(motion.initial):
             n = len(motion.initial)
             self.client_x, self.client_y, self._placed = np.zeros(n), np.zeros(n), np.full(n, -2)
-        missing = clients[self._placed[clients] != self._tick]
+        from mecsim.channels.kernels import claim  # numba: runs with motion only
+
+        missing = claim(clients, self._placed, self._tick)  # each once, now stamped
         if len(missing):
-            missing = np.unique(missing) if len(missing) > 1 else missing
             t = self._tick * motion.tick_s
             if motion.positions_of is not None:
                 x, y = motion.positions_of(t, missing)
             else:
                 x, y = (v[missing] for v in motion.positions(t))
             self.client_x[missing], self.client_y[missing] = x, y
-            self._placed[missing] = self._tick
         return self.client_x[clients], self.client_y[clients]
 
     def _serve(self, client: int, target: int) -> None:

@@ -198,3 +198,17 @@ def step_rows(
         ended[i] = finished or failed[i]
         anchor[r] = now
     return ended, failed, end, boundary
+
+
+@njit(cache=True)
+def claim(values: np.ndarray, stamp: np.ndarray, now: int) -> np.ndarray:
+    """The distinct ``values`` whose ``stamp`` is not ``now``, in order of first
+    appearance; their stamps set to ``now`` (a cache's entries claimed for refilling)."""
+    out = np.empty(len(values), dtype=np.int64)
+    m = 0
+    for v in values:
+        if stamp[v] != now:
+            stamp[v] = now
+            out[m] = v
+            m += 1
+    return out[:m]

@@ -131,3 +131,10 @@ def test_a_step_of_rows_is_the_fluid_models_step_bit_for_bit():
     for f in ("remaining", "sinr_time", "block"):
         assert a[f].tolist() == view.a[f].tolist(), f
     assert np.all(a["anchor"] == t + step)
+
+
+def test_claim_takes_each_unstamped_value_once_in_order_and_stamps_it():
+    stamp = np.array([5, -2, 5, -2, -2, 3])
+    got = kernels.claim(np.array([4, 1, 2, 4, 1, 5, 0]), stamp, 5)
+    assert got.tolist() == [4, 1, 5] and stamp.tolist() == [5, 5, 5, -2, 5, 5]
+    assert kernels.claim(np.array([4, 1]), stamp, 5).tolist() == []
