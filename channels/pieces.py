@@ -47,6 +47,9 @@ class Pieces:
     def _co_matrix(self, cells: int) -> np.ndarray:
         raise NotImplementedError
 
+    def _cell_bound(self) -> int:
+        raise NotImplementedError
+
     def _station_gains(self, columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         raise NotImplementedError
 
@@ -74,7 +77,7 @@ class Pieces:
         first = int(a["at"][rows].min())
         ev_tx = log.tx[first : log.n]
         rx_cell = a["rx_cell"][rows]
-        co = self._co_matrix(int(max(rx_cell.max(), log.cell[first : log.n].max())) + 1)
+        co = self._co_matrix(self._cell_bound())
         if self.slots.up[rows[0]]:  # uplinks: the per-tick [station x transmitter] table
             stations, gains = self._station_gains(ev_tx)
             gain_row, ev_col = np.searchsorted(stations, rx_cell), log.tx
@@ -133,7 +136,7 @@ class Pieces:
             band, cells = a["share_b"][rows[mine]], self._on_cell[senders]
             if up:  # at base stations: the per-tick [station x transmitter] table
                 rx_cell = a["rx_cell"][rows[mine]]
-                co = self._co_matrix(int(max(rx_cell.max(), cells.max())) + 1)
+                co = self._co_matrix(self._cell_bound())
                 stations, gains = self._station_gains(senders)
                 which = np.searchsorted(stations, rx_cell)
                 heard[mine] = kernels.station_sums(
@@ -152,7 +155,7 @@ class Pieces:
         (one direction), zero where the two cells are not co-channel."""
         a = self.slots.a
         rx_cell = a["rx_cell"][rows]
-        co = self._co_matrix(int(max(rx_cell.max(), cell.max())) + 1)
+        co = self._co_matrix(self._cell_bound())
         hears = co[rx_cell, cell]
         if self.slots.up[rows.flat[0]]:
             stations, gains = self._station_gains(tx.ravel())
