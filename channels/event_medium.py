@@ -198,13 +198,7 @@ class EventMedium(Medium, Pieces):
             if not len(mine):
                 continue
             log = self.logs[up]
-            still = a["at"][mine] >= log.n
-            quiet, moved = mine[still], mine[~still]
-            span = t - a["anchor"][quiet]
-            a["remaining"][quiet] -= a["rate"][quiet] * span
-            a["sinr_time"][quiet] += a["sinr"][quiet] * span
-            if len(moved):
-                self._integrate(moved, log, t)
+            self._integrate(mine, log, t)
             a["anchor"][mine], a["at"][mine] = t, log.n
         if refresh:
             self._refresh(rows, t)

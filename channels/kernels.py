@@ -44,14 +44,15 @@ def integrate(
     min_sinr: np.ndarray,
 ) -> None:  # fmt: skip
     """Rows ``rows`` (of the row columns given) up to ``t`` over events ``at[row]`` to
-    ``n - 1`` of a log: one piece from the anchor to the first event at the rate held,
-    then one per event, each at the interference after it: the held interference plus, per
-    co-channel event ``k``, ``gains[gain_row[i], ev_col[k]] * sign * min(1, b / width[tx])``.
-    Updates ``remaining``, ``sinr_time`` and ``heard`` in place."""
+    ``n - 1`` of a log: one piece from the anchor to the first event (or to ``t``, with no
+    event since) at the rate held, then one per event, each at the interference after it:
+    the held interference plus, per co-channel event ``k``, ``gains[gain_row[i],
+    ev_col[k]] * sign * min(1, b / width[tx])``. Updates ``remaining``, ``sinr_time`` and
+    ``heard`` in place."""
     for i in range(len(rows)):
         r = rows[i]
         k = at[r]
-        lead = ev_t[k] - anchor[r]
+        lead = (ev_t[k] if k < n else t) - anchor[r]
         bits = rate[r] * lead
         quality = sinr[r] * lead
         h = heard[r]

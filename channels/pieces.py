@@ -17,6 +17,8 @@ import numpy as np
 from mecsim.channels import fluid, kernels
 from mecsim.channels.rows import Log, Rows
 
+_NO_GAINS = np.zeros((1, 1))  # the gain table of an integration with no events
+
 LINK = ("noise_psd", "fade", "path_gain", "interference_w", "efficiency", "min_sinr")
 """The columns of a row its rate depends on besides its share and interference."""
 
@@ -66,19 +68,27 @@ class Pieces:
         return np.where(worst if rate.ndim == 1 else worst[:, None], lowest, rate)
 
     def _integrate(self, rows: np.ndarray, log: Log, t: float) -> None:
-        """``rows`` (one direction, events logged since their anchors) up to ``t``: one
-        piece from each anchor to the next event, then one per event, the interference
+        """``rows`` (one direction) up to ``t``: one piece from each anchor to the next
+        event (or to ``t``, with no event since), then one per event, the interference
         after each the running sum of the events' contributions (a compiled loop,
         :func:`~mecsim.channels.kernels.integrate`)."""
-        if self.slots.worst[rows].any():  # a multicast's rows share their pieces
-            self._pieces(rows, log, t)
-            return
         a = self.slots.a
+        if self.slots.worst[rows].any():  # a multicast's rows share their pieces
+            still = a["at"][rows] >= log.n
+            quiet, moved = rows[still], rows[~still]
+            span = t - a["anchor"][quiet]  # no event since: one piece
+            a["remaining"][quiet] -= a["rate"][quiet] * span
+            a["sinr_time"][quiet] += a["sinr"][quiet] * span
+            if len(moved):
+                self._pieces(moved, log, t)
+            return
         first = int(a["at"][rows].min())
         ev_tx = log.tx[first : log.n]
         rx_cell = a["rx_cell"][rows]
         co = self._co_matrix(self._cell_bound())
-        if self.slots.up[rows[0]]:  # uplinks: the per-tick [station x transmitter] table
+        if first >= log.n:  # no event since any anchor: one piece each, no gains read
+            gains, gain_row, ev_col = _NO_GAINS, np.zeros(len(rows), np.int64), log.tx
+        elif self.slots.up[rows[0]]:  # uplinks: the per-tick [station x transmitter] table
             stations, gains = self._station_gains(ev_tx)
             gain_row, ev_col = np.searchsorted(stations, rx_cell), log.tx
         else:  # downlinks: a [row x radio] table of the (few) radios in the events

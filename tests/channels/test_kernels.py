@@ -58,6 +58,16 @@ def test_pieces_are_the_hand_sum_of_rates_over_each_interference_held():
     assert math.isclose(row["heard"][0], heard0, rel_tol=1e-9)
 
 
+def test_a_reception_with_no_event_since_its_anchor_is_one_piece_at_its_rate():
+    log = {"t": np.array([1.0]), "tx": np.array([1]), "sign": np.array([1.0]),
+           "cell": np.array([1])}  # fmt: skip
+    row = one_row(2e-14)
+    row["at"][0], row["anchor"][0] = 1, 1.5  # the event at 1 s was counted at its anchor
+    integrate(row, log, 4.0, np.array([[0.0, 1e-9]]), np.array([B, B]))
+    assert row["remaining"][0] == 1e8 - row["rate"][0] * 2.5
+    assert row["sinr_time"][0] == row["sinr"][0] * 2.5 and row["heard"][0] == 2e-14
+
+
 def test_a_reception_below_its_outage_threshold_carries_nothing_for_that_piece():
     log = {"t": np.array([0.5]), "tx": np.array([1]), "sign": np.array([1.0]),
            "cell": np.array([1])}  # fmt: skip
