@@ -46,7 +46,6 @@ from mecsim.channels.sharing import (
 )
 
 _FIRST = 32  # receptions brought up to date first when the next change point is unknown
-_CELLS = 1 << 20  # most (reception, event) pairs one array pass integrates
 _NO_CAP = np.zeros(0)  # kernels.refresh with no cap on the rates
 _NONE = np.zeros(0, dtype=np.int64)  # no rows
 

@@ -19,6 +19,14 @@ import numpy as np
 from mecsim.channels.fluid import Slots
 
 
+def claim(values: np.ndarray, stamp: np.ndarray, now: int) -> np.ndarray:
+    """:func:`mecsim.channels.kernels.claim`: the entries of a per-tick table still to
+    fill (numba, imported on first use: one cell builds no medium and never needs it)."""
+    from mecsim.channels.kernels import claim as compiled
+
+    return compiled(values, stamp, now)
+
+
 class Interference:
     """The interference each open reception of a medium hears (a mix-in)."""
 
@@ -94,8 +102,6 @@ class Interference:
         if len(self._placed) != len(motion.initial):
             n = len(motion.initial)
             self.client_x, self.client_y, self._placed = np.zeros(n), np.zeros(n), np.full(n, -2)
-        from mecsim.channels.kernels import claim  # numba: runs with motion only
-
         missing = claim(clients, self._placed, self._tick)  # each once, now stamped
         if len(missing):
             t = self._tick * motion.tick_s
@@ -185,15 +191,13 @@ class Interference:
             radios = np.flatnonzero(~up)
             self._table = (size, radios, np.empty((size[0], len(radios))), np.full(size[0], -2))
         _, radios, table, stamp = self._table
-        missing = clients[stamp[clients] != self._tick]
+        missing = claim(clients, stamp, self._tick)  # each once, now stamped
         if len(missing):
-            missing = np.unique(missing)
             cx, cy = self._client_xy(missing)
             dx = cx[:, None] - x[radios][None, :]
             dy = cy[:, None] - y[radios][None, :]
             g = self.gain_of_squared(np.maximum(dx * dx + dy * dy, 1e-18))
             table[missing] = g * self._power()[radios][None, :]
-            stamp[missing] = self._tick
         return radios, table
 
     def _station_gains(self, columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -206,13 +210,12 @@ class Interference:
             xy = np.array([self._stations[c] for c in cells.tolist()]).reshape(-1, 2)
             self._gains = (key, cells, np.empty((len(cells), key[1])), np.full(key[1], -2), xy)
         _, cells, table, stamp, xy = self._gains
-        missing = columns[stamp[columns] != self._tick]  # a repeat is computed twice, alike
+        missing = claim(columns, stamp, self._tick)  # each once, now stamped
         if len(missing):
             x, y = self._tx_xy(missing)
             dx, dy = x[None, :] - xy[:, 0:1], y[None, :] - xy[:, 1:2]
             g = self.gain_of_squared(np.maximum(dx * dx + dy * dy, 1e-18))
             table[:, missing] = g * self._power()[missing][None, :]
-            stamp[missing] = self._tick
         return cells, table
 
     def _at_stations(

@@ -196,18 +196,13 @@ class KeyQueue:
     def push(self, rows: np.ndarray, key: np.ndarray, stamp: np.ndarray, alive: np.ndarray) -> None:
         """Push ``rows`` at their ``key`` (``stamp`` bumped); with more stale entries than
         open rows, the heap is first rebuilt from the open rows (``alive``)."""
-        need = len(self) + len(rows)
-        if need > len(self.key):
+        if len(self) + len(rows) > len(self.key):
             open_rows = np.flatnonzero(alive)
-            if 2 * len(open_rows) + len(rows) < len(self.key):
-                rebuild(self.key, self.row, self.stamp, self.size, open_rows, key, stamp)
-            else:
+            if 2 * len(open_rows) + len(rows) >= len(self.key):  # too small even rebuilt
                 size = 2 * (len(open_rows) + len(rows)) + 256
-                self.key, self.row, self.stamp = (
-                    np.empty(size),
-                    *(np.empty(size, dtype=np.int64) for _ in range(2)),
-                )
-                rebuild(self.key, self.row, self.stamp, self.size, open_rows, key, stamp)
+                self.key = np.empty(size)
+                self.row, self.stamp = np.empty(size, np.int64), np.empty(size, np.int64)
+            rebuild(self.key, self.row, self.stamp, self.size, open_rows, key, stamp)
         push_rows(self.key, self.row, self.stamp, self.size, rows, key, stamp)
 
     def candidates(self, stamp: np.ndarray, alive: np.ndarray, up: np.ndarray, at: np.ndarray,

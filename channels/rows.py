@@ -110,7 +110,6 @@ class Rows:
         self.alive[rows] = False
         for i in rows.tolist():
             self.objects[i] = None
-        for i in rows.tolist():
             heapq.heappush(self.free, i)
         self.count -= len(rows)
         if self.high and not self.alive[self.high - 1]:
