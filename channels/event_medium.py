@@ -44,6 +44,7 @@ from mecsim.channels.sharing import (
     SharedTransmitter,
     Transmission,
 )
+from mecsim.channels.station_board import StationBoard
 
 _FIRST = 32  # receptions brought up to date first when the next change point is unknown
 _NO_CAP = np.zeros(0)  # kernels.refresh with no cap on the rates
@@ -69,6 +70,8 @@ class EventMedium(Medium, Pieces):
         self._next: tuple | None = None
         self._queue = KeyQueue()
         """The open rows in key order (pushed at each refresh)."""
+        self._board: StationBoard | None = None
+        """Uplink interference at the stations (taken when first asked for after a change)."""
 
     def add_all(self, placed: list[tuple[SharedTransmitter, Site]]) -> list[SharedTransmitter]:
         self._spent_at = np.concatenate([self._spent_at, np.full(len(placed), self.now)])
@@ -79,13 +82,32 @@ class EventMedium(Medium, Pieces):
     def _senders(self, up: bool) -> np.ndarray:
         return self._on_air[up]
 
-    def _prefix_sums(
-        self, stations: np.ndarray, which: np.ndarray, band: np.ndarray, senders: np.ndarray,
-        sender_cell: np.ndarray, co: np.ndarray, gains: np.ndarray,
+    def _at_stations(
+        self, rx_cell: np.ndarray, band: np.ndarray, senders: np.ndarray, cell: np.ndarray,
+        co: np.ndarray,
     ) -> np.ndarray:  # fmt: skip
-        """:func:`~mecsim.channels.kernels.station_prefix_sums` (the same arithmetic)."""
-        return kernels.station_prefix_sums(stations, which, band, senders,
-                                           self._width()[senders], sender_cell, co, gains)  # fmt: skip
+        """:meth:`_uplinks_heard` (``senders`` are the uplinks on the air, as it counts)."""
+        return self._uplinks_heard(rx_cell, band)
+
+    def _uplinks_heard(self, rx_cell: np.ndarray, band: np.ndarray) -> np.ndarray:
+        """The interference uplink receptions decoded in cells ``rx_cell`` holding ``band``
+        hear now: the station board's sums and the events logged since
+        (:mod:`~mecsim.channels.station_board`)."""
+        log, co = self.logs[True], self._co_matrix(self._cell_bound())
+        self._station_gains(_NONE)  # the gain table of this tick's stations
+        board = self._board
+        if board is None or not board.holds(self._tick, self._gains, log.n):
+            senders = self._in_band_order(self._on_air[True])
+            stations, gains = self._station_gains(senders)
+            width = self._width()[senders]
+            full, scaled = kernels.station_tables(stations, senders, width,
+                                                  self._on_cell[senders], co, gains)  # fmt: skip
+            board = self._board = StationBoard(self._tick, self._gains, log.n, width, full, scaled)
+        stations, gains = self._station_gains(log.tx[board.first : log.n])
+        return kernels.station_heard(
+            np.searchsorted(stations, rx_cell), rx_cell, band, board.widths, board.full,
+            board.scaled, gains, co, self._width(), log.tx, log.sign, log.cell, board.first, log.n,
+        )  # fmt: skip
 
     # --- transmissions ---------------------------------------------------------------------
     def _energy_now(self, x: int) -> float:

@@ -228,17 +228,20 @@ class Interference:
         fully, wider ones by b / B)."""
         stations, gains = self._station_gains(senders)
         which = np.searchsorted(stations, rx_cell)
-        width = self._width()
         if self._uplink_band is not None:  # every uplink has the same band
             g = (gains[:, senders] * co[stations][:, cell[senders]]).sum(axis=1)
             return g[which] * np.minimum(1.0, band / self._uplink_band)
-        if 8 * len(senders) < len(width):  # few on the air: sort them
-            senders = senders[np.argsort(width[senders], kind="stable")]
-        else:  # many: pick them out of every transmitter in band order
-            chosen = np.zeros(len(width), dtype=bool)
-            chosen[senders] = True
-            senders = self._by_band()[chosen[self._by_band()]]
+        senders = self._in_band_order(senders)
         return self._prefix_sums(stations, which, band, senders, cell[senders], co, gains)
+
+    def _in_band_order(self, senders: np.ndarray) -> np.ndarray:
+        """``senders`` sorted by band (stable)."""
+        width = self._width()
+        if 8 * len(senders) < len(width):  # few on the air: sort them
+            return senders[np.argsort(width[senders], kind="stable")]
+        chosen = np.zeros(len(width), dtype=bool)  # many: pick them out of every transmitter
+        chosen[senders] = True
+        return self._by_band()[chosen[self._by_band()]]
 
     def _prefix_sums(
         self, stations: np.ndarray, which: np.ndarray, band: np.ndarray, senders: np.ndarray,

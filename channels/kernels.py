@@ -117,34 +117,13 @@ def rows_where(alive: np.ndarray, column: np.ndarray, value: int) -> np.ndarray:
 
 
 @njit(cache=True)
-def station_sums(
-    station_row: np.ndarray, rx_cell: np.ndarray, band: np.ndarray, senders: np.ndarray,
-    sender_cell: np.ndarray, co: np.ndarray, gains: np.ndarray, width: np.ndarray,
-) -> np.ndarray:  # fmt: skip
-    """Uplink interference of a few receptions (decoded at base station ``station_row``
-    of ``gains``, in cell ``rx_cell``, holding ``band``): ``sum P h min(1, b / B)`` over
-    the co-channel ``senders`` (in ``sender_cell``), summed directly."""
-    out = np.zeros(len(station_row))
-    for i in range(len(station_row)):
-        total = 0.0
-        for j in range(len(senders)):
-            x = senders[j]
-            if co[rx_cell[i], sender_cell[j]]:
-                total += gains[station_row[i], x] * min(1.0, band[i] / width[x])
-        out[i] = total
-    return out
-
-
-@njit(cache=True)
-def station_prefix_sums(
-    stations: np.ndarray, which: np.ndarray, band: np.ndarray, senders: np.ndarray,
-    widths: np.ndarray, sender_cell: np.ndarray, co: np.ndarray, gains: np.ndarray,
-) -> np.ndarray:  # fmt: skip
-    """Uplink interference of receptions decoded at base station ``which`` (a row of
-    ``gains``, in cell ``stations[which]``) holding ``band``, over ``senders`` sorted by
-    band (``widths``): per station, prefix sums of ``P h`` and of ``P h / B`` over the
-    co-channel senders; a reception counts the senders of band <= b fully and the wider
-    ones by b / B (``Interference._at_stations``' arithmetic, in its order)."""
+def station_tables(
+    stations: np.ndarray, senders: np.ndarray, widths: np.ndarray, sender_cell: np.ndarray,
+    co: np.ndarray, gains: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    """Per base station (a row of ``gains``, in cell ``stations[s]``), prefix sums of ``P h``
+    and of ``P h / B`` over ``senders`` sorted by band (``widths``), zero for a sender of a
+    cell not co-channel with the station's (``Interference._prefix_sums``' arithmetic)."""
     m = len(senders)
     full = np.zeros((len(stations), m + 1))
     scaled = np.zeros((len(stations), m + 1))
@@ -156,11 +135,31 @@ def station_prefix_sums(
             per_hz += g / widths[j]
             full[s, j + 1] = total
             scaled[s, j + 1] = per_hz
+    return full, scaled
+
+
+@njit(cache=True)
+def station_heard(
+    which: np.ndarray, rx_cell: np.ndarray, band: np.ndarray, widths: np.ndarray,
+    full: np.ndarray, scaled: np.ndarray, gains: np.ndarray, co: np.ndarray,
+    width: np.ndarray, ev_tx: np.ndarray, ev_sign: np.ndarray, ev_cell: np.ndarray,
+    first: int, n: int,
+) -> np.ndarray:  # fmt: skip
+    """Uplink interference of receptions decoded at base station ``which`` (a row of
+    ``gains`` and of the :func:`station_tables`, in cell ``rx_cell``) holding ``band``: the
+    tables' senders of band <= b counted fully and the wider ones by b / B, plus events
+    ``first`` to ``n - 1`` of the log since the tables (``P h min(1, b / B)``, + on, - off)."""
+    m = len(widths)
     out = np.empty(len(which))
     for i in range(len(which)):
-        k = np.searchsorted(widths, band[i], side="right")
-        w = which[i]
-        out[i] = full[w, k] + band[i] * (scaled[w, m] - scaled[w, k])
+        w, b = which[i], band[i]
+        k = np.searchsorted(widths, b, side="right")
+        h = full[w, k] + b * (scaled[w, m] - scaled[w, k])
+        for e in range(first, n):
+            if co[rx_cell[i], ev_cell[e]]:
+                x = ev_tx[e]
+                h += gains[w, x] * ev_sign[e] * min(1.0, b / width[x])
+        out[i] = h
     return out
 
 

@@ -55,6 +55,9 @@ class Pieces:
     def _station_gains(self, columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         raise NotImplementedError
 
+    def _uplinks_heard(self, rx_cell: np.ndarray, band: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
     def _heard(self, share_b: np.ndarray, index: np.ndarray | None = None) -> np.ndarray:
         raise NotImplementedError
 
@@ -144,14 +147,8 @@ class Pieces:
             if not len(mine) or not len(senders):
                 continue
             band, cells = a["share_b"][rows[mine]], self._on_cell[senders]
-            if up:  # at base stations: the per-tick [station x transmitter] table
-                rx_cell = a["rx_cell"][rows[mine]]
-                co = self._co_matrix(self._cell_bound())
-                stations, gains = self._station_gains(senders)
-                which = np.searchsorted(stations, rx_cell)
-                heard[mine] = kernels.station_sums(
-                    which, rx_cell, band, senders, cells, co, gains, self._width()
-                )
+            if up:  # at base stations
+                heard[mine] = self._uplinks_heard(a["rx_cell"][rows[mine]], band)
                 continue
             shape = (len(mine), len(senders))
             grid = np.broadcast_to(rows[mine][:, None], shape)

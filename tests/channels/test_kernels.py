@@ -78,37 +78,32 @@ def test_a_reception_below_its_outage_threshold_carries_nothing_for_that_piece()
     assert math.isclose(row["remaining"][0], 1e8 - 0.5 * shannon(0.0)[0], rel_tol=1e-12)
 
 
-def test_a_few_receptions_uplink_interference_is_the_direct_sum():
-    rng = np.random.default_rng(0)
-    gains = rng.uniform(1e-15, 1e-12, size=(3, 8))
-    width = rng.choice([B, 2 * B], size=8)
-    senders, sender_cell = np.array([1, 3, 4, 6]), np.array([0, 1, 2, 1])
-    co = ~np.eye(3, dtype=bool)
-    heard = kernels.station_sums(np.array([2, 0]), np.array([2, 0]), np.array([B, 2 * B]),
-                                 senders, sender_cell, co, gains, width)  # fmt: skip
-    for i, (row, cell, band) in enumerate([(2, 2, B), (0, 0, 2 * B)]):
-        expected = sum(gains[row, x] * min(1.0, band / width[x])
-                       for x, c in zip(senders, sender_cell, strict=True) if co[cell, c])  # fmt: skip
-        assert math.isclose(heard[i], expected, rel_tol=1e-12)
+def direct_uplink_sum(gains, w, cell, band, on, widths, cells, co):
+    """``sum P h min(1, b / B)`` over the co-channel transmitters ``on``, one by one."""
+    return sum(gains[w, x] * min(1.0, band / widths[x]) for x in on if co[cell, cells[x]])
 
 
-def test_uplink_prefix_sums_give_each_reception_its_direct_sum_over_senders_of_any_band():
+def test_station_tables_and_the_log_since_give_each_reception_its_direct_sum():
     rng = np.random.default_rng(1)
     stations, co = np.array([0, 1, 2]), ~np.eye(3, dtype=bool)
     gains = rng.uniform(1e-15, 1e-12, size=(3, 12))
-    senders = np.array([0, 2, 3, 5, 7, 8, 11])
-    widths = rng.choice([B / 2, B, 2 * B], size=len(senders))
-    order = np.argsort(widths, kind="stable")
-    senders, widths = senders[order], widths[order]
-    sender_cell = rng.integers(0, 3, size=len(senders))
+    width = rng.choice([B / 2, B, 2 * B], size=12)
+    cells = rng.integers(0, 3, size=12)
+    # the log: 3 turns off, 4 and 9 turn on, 4 turns off again; who is on after k events
+    ev_tx, ev_sign = np.array([3, 4, 9, 4]), np.array([-1.0, 1.0, 1.0, -1.0])
+    after = {0: [0, 2, 3, 5, 7, 8, 11], 2: [0, 2, 4, 5, 7, 8, 11], 4: [0, 2, 5, 7, 8, 9, 11]}
     which, band = np.array([0, 1, 2, 1]), np.array([B / 2, B, 3 * B, 0.7 * B])
-    heard = kernels.station_prefix_sums(stations, which, band, senders, widths, sender_cell,
-                                        co, gains)  # fmt: skip
-    for i, (w, b) in enumerate(zip(which, band, strict=True)):
-        expected = sum(gains[w, x] * min(1.0, b / width)
-                       for x, width, c in zip(senders, widths, sender_cell, strict=True)
-                       if co[stations[w], c])  # fmt: skip
-        assert math.isclose(heard[i], expected, rel_tol=1e-12)
+    for first, n in ((0, 0), (0, 2), (0, 4), (2, 4)):  # tables after `first` events
+        senders = np.array(sorted(after[first], key=lambda x: width[x]))  # band order, stable
+        full, scaled = kernels.station_tables(stations, senders, width[senders], cells[senders],
+                                              co, gains)  # fmt: skip
+        heard = kernels.station_heard(which, stations[which], band, width[senders], full,
+                                      scaled, gains, co, width, ev_tx, ev_sign, cells[ev_tx],
+                                      first, n)  # fmt: skip
+        for i, (w, b) in enumerate(zip(which, band, strict=True)):
+            expected = sum(gains[w, x] * min(1.0, b / width[x])
+                           for x in after[n] if co[stations[w], cells[x]])  # fmt: skip
+            assert math.isclose(heard[i], expected, rel_tol=1e-12)
 
 
 def test_a_step_of_rows_is_the_fluid_models_step_bit_for_bit():
