@@ -71,6 +71,8 @@ class EventMedium(Medium, Pieces):
         self._queue = KeyQueue()
         """The open rows in key order (pushed at each refresh)."""
         self._board: StationBoard | None = None
+        self._station_xy: np.ndarray | None = None
+        """The base stations' positions, [cell x 2] (with motion)."""
         """Uplink interference at the stations (taken when first asked for after a change)."""
 
     def add_all(self, placed: list[tuple[SharedTransmitter, Site]]) -> list[SharedTransmitter]:
@@ -288,6 +290,18 @@ class EventMedium(Medium, Pieces):
         return gone
 
     # --- moving clients --------------------------------------------------------------------
+    def _aim(self, index: np.ndarray) -> None:
+        """:meth:`Medium._aim <mecsim.channels.medium.Medium._aim>` in one compiled pass
+        (:func:`~mecsim.channels.kernels.aim`), then the path gains."""
+        assert self.motion is not None and self.serving is not None
+        a = self.slots.a
+        if self._station_xy is None:
+            self._station_xy = np.asarray(self.motion.cells, dtype=float).reshape(-1, 2)
+        cx, cy = self._client_xy(a["client"][index])
+        d = kernels.aim(index, self.slots.up, a["client"], a["tx"], self.serving,
+                        self._station_xy, *self._sites()[:2], cx, cy, a["rx"], a["ry"])  # fmt: skip
+        a["path_gain"][index] = self.gain(d)
+
     def _new_tick(self, k: int, t: float) -> None:
         rows = self.slots.index()
         if len(rows):  # at the old tick's gains; refreshed at the new tick's below

@@ -12,19 +12,22 @@ when a tick first asks for it); downlinks at each client, over the (few) cell ra
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
+from types import ModuleType
 
 import numpy as np
 
 from mecsim.channels.fluid import Slots
 
 
-def claim(values: np.ndarray, stamp: np.ndarray, now: int) -> np.ndarray:
-    """:func:`mecsim.channels.kernels.claim`: the entries of a per-tick table still to
-    fill (numba, imported on first use: one cell builds no medium and never needs it)."""
-    from mecsim.channels.kernels import claim as compiled
+@functools.cache
+def compiled() -> ModuleType:
+    """:mod:`mecsim.channels.kernels` (numba), imported on first use: one cell builds no
+    medium and never needs it."""
+    from mecsim.channels import kernels
 
-    return compiled(values, stamp, now)
+    return kernels
 
 
 class Interference:
@@ -102,7 +105,7 @@ class Interference:
         if len(self._placed) != len(motion.initial):
             n = len(motion.initial)
             self.client_x, self.client_y, self._placed = np.zeros(n), np.zeros(n), np.full(n, -2)
-        missing = claim(clients, self._placed, self._tick)  # each once, now stamped
+        missing = compiled().claim(clients, self._placed, self._tick)  # each once, now stamped
         if len(missing):
             t = self._tick * motion.tick_s
             if motion.positions_of is not None:
@@ -191,7 +194,7 @@ class Interference:
             radios = np.flatnonzero(~up)
             self._table = (size, radios, np.empty((size[0], len(radios))), np.full(size[0], -2))
         _, radios, table, stamp = self._table
-        missing = claim(clients, stamp, self._tick)  # each once, now stamped
+        missing = compiled().claim(clients, stamp, self._tick)  # each once, now stamped
         if len(missing):
             cx, cy = self._client_xy(missing)
             dx = cx[:, None] - x[radios][None, :]
@@ -210,12 +213,11 @@ class Interference:
             xy = np.array([self._stations[c] for c in cells.tolist()]).reshape(-1, 2)
             self._gains = (key, cells, np.empty((len(cells), key[1])), np.full(key[1], -2), xy)
         _, cells, table, stamp, xy = self._gains
-        missing = claim(columns, stamp, self._tick)  # each once, now stamped
+        missing = compiled().claim(columns, stamp, self._tick)  # each once, now stamped
         if len(missing):
-            x, y = self._tx_xy(missing)
-            dx, dy = x[None, :] - xy[:, 0:1], y[None, :] - xy[:, 1:2]
-            g = self.gain_of_squared(np.maximum(dx * dx + dy * dy, 1e-18))
-            table[:, missing] = g * self._power()[missing][None, :]
+            kernels = compiled()
+            g = self.gain_of_squared(kernels.squared_distances(*self._tx_xy(missing), xy))
+            kernels.fill_columns(table, missing, g, self._power())
         return cells, table
 
     def _at_stations(

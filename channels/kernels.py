@@ -212,3 +212,48 @@ def claim(values: np.ndarray, stamp: np.ndarray, now: int) -> np.ndarray:
             out[m] = v
             m += 1
     return out[:m]
+
+
+@njit(cache=True)
+def squared_distances(x: np.ndarray, y: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """[point x point] squared distances from the ``at`` points (rows, [k x 2]) to the
+    (``x``, ``y``) ones (columns), at least 1e-18 m^2."""
+    out = np.empty((len(at), len(x)))
+    for s in range(len(at)):
+        for j in range(len(x)):
+            dx, dy = x[j] - at[s, 0], y[j] - at[s, 1]
+            out[s, j] = max(dx * dx + dy * dy, 1e-18)
+    return out
+
+
+@njit(cache=True)
+def fill_columns(table: np.ndarray, columns: np.ndarray, g: np.ndarray, power: np.ndarray) -> None:
+    """``table[:, columns] = g * power[columns]``, column by column."""
+    for j in range(len(columns)):
+        c = columns[j]
+        for s in range(table.shape[0]):
+            table[s, c] = g[s, j] * power[c]
+
+
+@njit(cache=True)
+def aim(
+    index: np.ndarray, up: np.ndarray, client: np.ndarray, tx: np.ndarray,
+    serving: np.ndarray, stations: np.ndarray, radio_x: np.ndarray, radio_y: np.ndarray,
+    cx: np.ndarray, cy: np.ndarray, rx: np.ndarray, ry: np.ndarray,
+) -> np.ndarray:  # fmt: skip
+    """Rows ``index`` of moving clients at (``cx``, ``cy``): each receiver (``rx``,
+    ``ry``: the serving cell's base station, a row of ``stations``, for an uplink; the
+    client for a downlink from the radio of transmitter ``tx``) and the distance between
+    the two ends, at least 1e-9 m (``Medium._aim``'s arithmetic)."""
+    d = np.empty(len(index))
+    for i in range(len(index)):
+        r = index[i]
+        if up[r]:
+            s = serving[client[r]]
+            fx, fy = stations[s, 0], stations[s, 1]
+            rx[r], ry[r] = fx, fy
+        else:
+            fx, fy = radio_x[tx[r]], radio_y[tx[r]]
+            rx[r], ry[r] = cx[i], cy[i]
+        d[i] = max(np.hypot(fx - cx[i], fy - cy[i]), 1e-9)
+    return d

@@ -143,3 +143,38 @@ def test_claim_takes_each_unstamped_value_once_in_order_and_stamps_it():
     got = kernels.claim(np.array([4, 1, 2, 4, 1, 5, 0]), stamp, 5)
     assert got.tolist() == [4, 1, 5] and stamp.tolist() == [5, 5, 5, -2, 5, 5]
     assert kernels.claim(np.array([4, 1]), stamp, 5).tolist() == []
+
+
+def test_station_gain_columns_are_the_numpy_arithmetic_bit_for_bit():
+    rng = np.random.default_rng(7)
+    x, y = rng.uniform(-900, 900, 40), rng.uniform(-900, 900, 40)
+    x[3], y[3] = 0.0, 0.0  # on a base station: the 1e-18 m^2 floor
+    at = np.array([[0.0, 0.0], [600.0, 0.0], [300.0, 519.6]])
+    squared = kernels.squared_distances(x, y, at)
+    dx, dy = x[None, :] - at[:, 0:1], y[None, :] - at[:, 1:2]
+    assert np.array_equal(squared, np.maximum(dx * dx + dy * dy, 1e-18))
+    table, power = np.zeros((3, 50)), rng.uniform(0.1, 1.0, 50)
+    columns = np.array([5, 0, 49] + list(range(10, 47)))
+    kernels.fill_columns(table, columns, squared, power)
+    expected = np.zeros((3, 50))
+    expected[:, columns] = squared * power[columns][None, :]
+    assert np.array_equal(table, expected)
+
+
+def test_aiming_rows_is_the_stepping_mediums_arithmetic_bit_for_bit():
+    rng = np.random.default_rng(8)
+    n, rows = 30, np.array([0, 4, 7, 8, 12, 20, 29])
+    up = rng.random(n) < 0.6
+    client, tx = rng.integers(0, 10, n), rng.integers(0, 3, n)
+    serving, stations = rng.integers(0, 3, 10), rng.uniform(-500, 500, (3, 2))
+    radio_x, radio_y = stations[:, 0].copy(), stations[:, 1].copy()
+    cx, cy = rng.uniform(-900, 900, len(rows)), rng.uniform(-900, 900, len(rows))
+    cx[1], cy[1] = stations[serving[client[4]]]  # at its station: the 1e-9 m floor
+    rx, ry = np.zeros(n), np.zeros(n)
+    d = kernels.aim(rows, up, client, tx, serving, stations, radio_x, radio_y, cx, cy, rx, ry)
+    u = up[rows]  # Medium._aim
+    fixed_x = np.where(u, stations[serving[client[rows]], 0], radio_x[tx[rows]])
+    fixed_y = np.where(u, stations[serving[client[rows]], 1], radio_y[tx[rows]])
+    assert np.array_equal(rx[rows], np.where(u, fixed_x, cx))
+    assert np.array_equal(ry[rows], np.where(u, fixed_y, cy))
+    assert np.array_equal(d, np.maximum(np.hypot(fixed_x - cx, fixed_y - cy), 1e-9))
