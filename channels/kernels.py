@@ -44,31 +44,32 @@ def integrate(
     min_sinr: np.ndarray,
 ) -> None:  # fmt: skip
     """Rows ``rows`` (of the row columns given) up to ``t`` over events ``at[row]`` to
-    ``n - 1`` of a log: one piece from the anchor to the first event (or to ``t``, with no
-    event since) at the rate held, then one per event, each at the interference after it:
-    the held interference plus, per co-channel event ``k``, ``gains[gain_row[i],
-    ev_col[k]] * sign * min(1, b / width[tx])``. Updates ``remaining``, ``sinr_time`` and
-    ``heard`` in place."""
+    ``n - 1`` of a log: from the anchor at the rate held, a new piece at each co-channel
+    event ``k``, at the interference after it: the held interference plus, per such event,
+    ``gains[gain_row[i], ev_col[k]] * sign * min(1, b / width[tx])`` (an event of a cell
+    not co-channel changes nothing: the piece goes on). Updates ``remaining``,
+    ``sinr_time`` and ``heard`` in place."""
     for i in range(len(rows)):
         r = rows[i]
         k = at[r]
-        lead = (ev_t[k] if k < n else t) - anchor[r]
-        bits = rate[r] * lead
-        quality = sinr[r] * lead
+        since = anchor[r]  # the piece under way began here, at the rate held
+        piece_rate, piece_sinr = rate[r], sinr[r]
+        bits = quality = 0.0
         h = heard[r]
         b, cell, g_row = share_b[r], rx_cell[r], gain_row[i]
         while k < n:
-            x = ev_tx[k]
-            if co[cell, ev_cell[k]]:
-                h += gains[g_row, ev_col[k]] * ev_sign[k] * min(1.0, b / width[x])
-            end = ev_t[k + 1] if k + 1 < n else t
-            piece_rate, piece_sinr = link_rate(
-                b, share_p[r], noise_psd[r], fade[r], path_gain[r], interference_w[r],
-                efficiency[r], min_sinr[r], h,
-            )  # fmt: skip
-            bits += piece_rate * (end - ev_t[k])
-            quality += piece_sinr * (end - ev_t[k])
+            if co[cell, ev_cell[k]]:  # else the piece goes on at the same rate
+                bits += piece_rate * (ev_t[k] - since)
+                quality += piece_sinr * (ev_t[k] - since)
+                since = ev_t[k]
+                h += gains[g_row, ev_col[k]] * ev_sign[k] * min(1.0, b / width[ev_tx[k]])
+                piece_rate, piece_sinr = link_rate(
+                    b, share_p[r], noise_psd[r], fade[r], path_gain[r], interference_w[r],
+                    efficiency[r], min_sinr[r], h,
+                )  # fmt: skip
             k += 1
+        bits += piece_rate * (t - since)
+        quality += piece_sinr * (t - since)
         remaining[r] -= bits
         sinr_time[r] += quality
         heard[r] = h
