@@ -230,10 +230,9 @@ def squared_distances(x: np.ndarray, y: np.ndarray, at: np.ndarray) -> np.ndarra
 @njit(cache=True)
 def fill_columns(table: np.ndarray, columns: np.ndarray, g: np.ndarray, power: np.ndarray) -> None:
     """``table[:, columns] = g * power[columns]``, column by column."""
-    for j in range(len(columns)):
-        c = columns[j]
-        for s in range(table.shape[0]):
-            table[s, c] = g[s, j] * power[c]
+    for s in range(table.shape[0]):
+        for j in range(len(columns)):
+            table[s, columns[j]] = g[s, j] * power[columns[j]]
 
 
 @njit(cache=True)

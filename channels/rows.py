@@ -82,11 +82,13 @@ class Rows:
         rows = np.array([heapq.heappop(self.free) for _ in range(n)], dtype=np.int64)
         if n:
             self.high = max(self.high, int(rows.max()) + 1)
+        one = int(rows[0]) if n == 1 else -1  # one row: scalar stores, no fancy indexing
         for f, values in columns.items():
-            if f in ("up", "worst"):
-                getattr(self, f)[rows] = values
+            column = getattr(self, f) if f in ("up", "worst") else self.a[f]
+            if one < 0:
+                column[rows] = values
             else:
-                self.a[f][rows] = values
+                column[one] = values[0] if isinstance(values, list | np.ndarray) else values
         self.alive[rows] = True
         for i, r in zip(rows.tolist(), receptions, strict=True):
             self.objects[i] = r
