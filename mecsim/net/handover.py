@@ -123,29 +123,27 @@ class HandoverSchedule:
         return near[self._next_check[near] <= k]
 
     def _evaluate(self, k: int) -> None:
+        """Tick ``k``: the due clients measure every cell
+        (:func:`~mecsim.net.handover_bound.measure`, compiled); each handover is recorded
+        and each client's next measurement set by the module's bound."""
         t = self.tick_time(k)
         clients = self._due(k)
+        if len(self.cells) == 1:  # nowhere to hand over to
+            self._next_check[clients] = MAX_QUIET_TICKS
+            return
+        from mecsim.net.handover_bound import measure  # numba: moving runs only
+
         squared = self._squared_distances(t, clients)
-        power = self._received(squared)
-        rows, serving = np.arange(len(clients)), self.serving[clients]
-        best = np.argmax(power, axis=1)
-        stronger = (best != serving) & (power[rows, best] > self.margin * power[rows, serving])
-        stronger &= self._busy_until[clients] <= t
-        new = stronger & (self._candidate[clients] != best)
-        self._since[clients[new]] = k
-        self._candidate[clients] = np.where(stronger, best, -1)
-        due = stronger & (k - self._since[clients] >= self.trigger_ticks)
-        for i in np.flatnonzero(due).tolist():
-            c = int(clients[i])
-            h = Handover(t, c, int(serving[i]), int(best[i]))
+        serving, watch = self.serving[clients], np.empty(len(clients), dtype=bool)
+        moved, source, target = measure(k, t, clients, self._received(squared), self.serving,
+                                        self._candidate, self._since, self._busy_until,
+                                        self.margin, self.trigger_ticks, self.interruption_s,
+                                        watch)  # fmt: skip
+        for i, s, b in zip(moved.tolist(), source.tolist(), target.tolist(), strict=True):
+            h = Handover(t, int(clients[i]), s, b)
             self.handovers.append(h)
             self._times.append(t)
-            self._by_client.setdefault(c, []).append(h)
-        moved = clients[due]
-        self.serving[moved] = best[due]
-        self._busy_until[moved] = t + self.interruption_s
-        self._candidate[moved] = -1
-        watch = stronger | (self._busy_until[clients] > t)  # measured again at the next tick
+            self._by_client.setdefault(h.client, []).append(h)
         self._next_check[clients] = k + 1 + self._quiet_ticks(squared, serving, watch)
 
     def _quiet_ticks(

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from mecsim.net.handover import MAX_QUIET_TICKS
-from mecsim.net.handover_bound import quiet_ticks
+from mecsim.net.handover_bound import measure, quiet_ticks
 
 
 def numpy_bound(squared, serving, ratio, reach, watch):
@@ -39,3 +39,48 @@ def test_quiet_ticks_are_the_numpy_bound_to_the_bit(reach):
     expected = numpy_bound(squared, serving, ratio, reach, watch)
     assert got.tolist() == expected.tolist()
     assert (got == 0).any() and (got > 0).any()
+
+
+def numpy_measure(k, t, clients, power, state, margin, trigger_ticks, interruption_s):
+    """The schedule's tick as numpy arrays did it (on copies of ``state``)."""
+    serving_all, candidate, since, busy = (state[f].copy() for f in ("serving", "candidate",
+                                                                      "since", "busy"))  # fmt: skip
+    rows, serving = np.arange(len(clients)), serving_all[clients]
+    best = np.argmax(power, axis=1)
+    stronger = (best != serving) & (power[rows, best] > margin * power[rows, serving])
+    stronger &= busy[clients] <= t
+    new = stronger & (candidate[clients] != best)
+    since[clients[new]] = k
+    candidate[clients] = np.where(stronger, best, -1)
+    due = stronger & (k - since[clients] >= trigger_ticks)
+    moved = clients[due]
+    serving_all[moved] = best[due]
+    busy[moved] = t + interruption_s
+    candidate[moved] = -1
+    watch = stronger | (busy[clients] > t)
+    handovers = [(int(i), int(serving[i]), int(best[i])) for i in np.flatnonzero(due)]
+    return handovers, watch, {"serving": serving_all, "candidate": candidate, "since": since,
+                              "busy": busy}  # fmt: skip
+
+
+@pytest.mark.parametrize("trigger_ticks", [0, 2])
+def test_a_compiled_tick_hands_over_the_clients_the_numpy_arithmetic_does(trigger_ticks):
+    rng = np.random.default_rng(4)
+    n, cells, k, t = 400, 5, 7, 0.07
+    clients = np.sort(rng.choice(1000, n, replace=False))
+    power = rng.uniform(1e-12, 1e-9, size=(n, cells))
+    power[::9, 1] = power[::9, 0]  # ties: the first strongest cell wins
+    state = {"serving": rng.integers(0, cells, 1000), "since": rng.integers(0, k + 1, 1000),
+             "candidate": rng.integers(-1, cells, 1000),
+             "busy": np.where(rng.random(1000) < 0.1, t + 0.01, -np.inf)}  # fmt: skip
+    expected, watch_expected, after = numpy_measure(k, t, clients, power, state, 2.0,
+                                                    trigger_ticks, 0.05)  # fmt: skip
+    got = {f: v.copy() for f, v in state.items()}
+    watch = np.empty(n, dtype=bool)
+    moved, source, target = measure(k, t, clients, power, got["serving"], got["candidate"],
+                                    got["since"], got["busy"], 2.0, trigger_ticks, 0.05,
+                                    watch)  # fmt: skip
+    assert list(zip(moved.tolist(), source.tolist(), target.tolist(), strict=True)) == expected
+    assert len(expected) > 0 and watch.tolist() == watch_expected.tolist()
+    for f in state:
+        assert got[f].tolist() == after[f].tolist(), f
