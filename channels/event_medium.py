@@ -239,11 +239,12 @@ class EventMedium(Medium, Pieces):
         while True:
             a, logged = slots.a, (self.logs[True].n, self.logs[False].n)
             best, rows = self._queue.candidates(a["stamp"], slots.alive, slots.up, a["at"],
-                                                logged, a["done_at"], a["key"], best)  # fmt: skip
+                                                logged, a["done_at"], a["key"], best,
+                                                _FIRST)  # fmt: skip
             if not len(rows):
                 self._next = (state, best, limit)
                 return best
-            self._evaluate(rows[:_FIRST], t)  # in key order
+            self._evaluate(rows, t)  # in key order
 
     def _horizon(self, t: float, limit: float) -> float:
         return self._next_event(t, self._next_motion(t, limit))

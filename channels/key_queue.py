@@ -119,12 +119,14 @@ def _append(values: np.ndarray, m: int, value: int) -> np.ndarray:
 def candidates(
     hk: np.ndarray, hr: np.ndarray, hs: np.ndarray, size: np.ndarray, stamp: np.ndarray,
     alive: np.ndarray, up: np.ndarray, at: np.ndarray, logged_up: int, logged_down: int,
-    done_at: np.ndarray, key: np.ndarray, limit: float,
+    done_at: np.ndarray, key: np.ndarray, limit: float, most: int,
 ) -> tuple[float, np.ndarray]:  # fmt: skip
     """(the earliest ``done_at`` of the open rows brought up to date with every event of
     their direction's log, at most ``limit``; the other open rows whose key falls at or
-    before it, to 1e-12 relative, in key order): the rows walked in key order until a key
-    passes the best ``done_at`` so far, then put back."""
+    before it, to 1e-12 relative, in key order, the first ``most`` of them): the rows
+    walked in key order until a key passes the best ``done_at`` so far or ``most`` are
+    found, then put back. (A row's ``done_at`` is never before its key, so the first
+    ``most`` do not depend on the rows walked after them.)"""
     best = limit
     taken, found = np.empty(64, dtype=np.int64), np.empty(64, dtype=np.int64)
     m = f = 0
@@ -140,6 +142,8 @@ def candidates(
         else:
             found = _append(found, f, r)
             f += 1
+            if f == most:
+                break
     for j in range(m):  # put back (their keys are unchanged)
         _push(hk, hr, hs, size, key[taken[j]], taken[j], stamp[taken[j]])
     within, kept = _bound(best), 0
@@ -207,10 +211,10 @@ class KeyQueue:
 
     def candidates(self, stamp: np.ndarray, alive: np.ndarray, up: np.ndarray, at: np.ndarray,
                    logged: tuple[int, int], done_at: np.ndarray, key: np.ndarray,
-                   limit: float) -> tuple[float, np.ndarray]:  # fmt: skip
+                   limit: float, most: int) -> tuple[float, np.ndarray]:  # fmt: skip
         """:func:`candidates` on this heap."""
         return candidates(self.key, self.row, self.stamp, self.size, stamp, alive, up, at,
-                          *logged, done_at, key, limit)  # fmt: skip
+                          *logged, done_at, key, limit, most)  # fmt: skip
 
     def ending(self, stamp: np.ndarray, alive: np.ndarray, up: np.ndarray, at: np.ndarray,
                logged: tuple[int, int], done_at: np.ndarray, remaining: np.ndarray,

@@ -33,12 +33,12 @@ def test_the_walk_finds_the_best_fresh_end_and_the_stale_rows_before_it():
     key = np.array([0.0, 6.0, 0.0, 0.0, 0.0, 8.0])
     stamp = np.zeros(6, dtype=np.int64)
     queue = queue_of(np.flatnonzero(alive), key, stamp, alive)
-    best, rows = queue.candidates(stamp, alive, up, at, (4, 1), done_at, key, math.inf)
+    best, rows = queue.candidates(stamp, alive, up, at, (4, 1), done_at, key, math.inf, 8)
     assert best == 5.0  # rows 0, 2 and 3 are fresh; row 4 is closed
     assert rows.tolist() == []  # row 1's key 6 and row 5's 8 fall after 5
     key -= 4.0
     queue.push(np.flatnonzero(alive), key, stamp, alive)  # new keys: the old entries stale
-    best, rows = queue.candidates(stamp, alive, up, at, (4, 1), done_at, key, 4.5)
+    best, rows = queue.candidates(stamp, alive, up, at, (4, 1), done_at, key, 4.5, 8)
     assert best == 4.5 and rows.tolist() == [1, 5]  # in key order
     assert len(queue) <= 2 * 5 + 5  # the walk dropped what it met stale
 
@@ -57,11 +57,14 @@ def test_the_walk_agrees_with_a_scan_through_pushes_closes_and_reuses(seed):
     for _ in range(30):
         logged = (int(rng.integers(0, 3)), int(rng.integers(0, 3)))
         limit = math.inf if rng.random() < 0.5 else float(rng.uniform(0, 12))
-        best, rows = queue.candidates(stamp, alive, up, at, logged, done_at, key, limit)
+        best, rows = queue.candidates(stamp, alive, up, at, logged, done_at, key, limit, n)
         expected_best, expected = scan(alive, up, at, logged, done_at, key, limit)
         assert best == expected_best
         assert sorted(rows.tolist()) == expected.tolist()
         assert np.all(np.diff(key[rows]) >= 0)  # in key order
+        # the first few only: the walk stops there, and they are the scan's first
+        _, first = queue.candidates(stamp, alive, up, at, logged, done_at, key, limit, 3)
+        assert first.tolist() == expected[np.argsort(key[expected], kind="stable")][:3].tolist()
         # rows close, open (reusing closed rows) and get new keys, as in a run
         alive[rng.choice(n, 10)] = False
         touched = rng.choice(n, 25, replace=False)
