@@ -71,9 +71,9 @@ class EventMedium(Medium, Pieces):
         self._queue = KeyQueue()
         """The open rows in key order (pushed at each refresh)."""
         self._board: StationBoard | None = None
+        """Uplink interference at the stations (taken when first asked for after a change)."""
         self._station_xy: np.ndarray | None = None
         """The base stations' positions, [cell x 2] (with motion)."""
-        """Uplink interference at the stations (taken when first asked for after a change)."""
 
     def add_all(self, placed: list[tuple[SharedTransmitter, Site]]) -> list[SharedTransmitter]:
         self._spent_at = np.concatenate([self._spent_at, np.full(len(placed), self.now)])

@@ -135,8 +135,9 @@ class Pieces:
         a["heard"][rows] = heard[:, -1]
 
     def _heard_now(self, rows: np.ndarray) -> np.ndarray:
-        """The interference ``rows`` hear now: for a few, summed directly over the
-        transmitters on; for many, the stepping medium's per-station sums."""
+        """The interference ``rows`` hear now: uplinks from the station board
+        (:meth:`_uplinks_heard`); downlinks, for a few rows, summed directly over the radios
+        on, for many, as the stepping medium sums them (:meth:`_heard`)."""
         a = self.slots.a
         if len(rows) > 16:
             return self._heard(a["share_b"][rows], rows)
