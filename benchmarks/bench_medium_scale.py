@@ -16,6 +16,9 @@ the client counts (least squares on log-log).
     python benchmarks/bench_medium_scale.py --clients 1000 10000 100000 --cells 19 \\
         --participation 0.1 --mobility random_waypoint --rounds 10
     python benchmarks/bench_medium_scale.py --engine event stepping          # both engines side by side
+
+An untimed 300-client round per mobility model first fills numba's cache (``--no-warm``
+skips it), so no figure includes the event medium's one-time compilation.
 """
 
 from __future__ import annotations
@@ -82,6 +85,17 @@ def exponent(ns: list[int], seconds: list[float]) -> float:
     return float(np.polyfit(np.log(ns), np.log(seconds), 1)[0])
 
 
+def warm(models: list[str]) -> None:
+    """One untimed small round per mobility model: the event medium's loops are compiled
+    on first use and cached beside their source, so a fresh checkout (or a checkout of
+    another tree, which invalidates the cache) would otherwise time 1-2 s of compilation
+    into its first case."""
+    started = time.perf_counter()
+    for model in models:
+        run_child(CHILD, "300", "1", "1.0", model, "event", json.dumps(hexagon(7)))
+    print(f"(compiled loops warmed in {time.perf_counter() - started:.1f} s, not timed)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--clients", type=int, nargs="+", default=[1000, 2000, 5000])
@@ -91,9 +105,13 @@ def main() -> None:
                         choices=["static", "random_waypoint"])  # fmt: skip
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--engine", nargs="+", default=["event"], choices=["event", "stepping"])
+    parser.add_argument("--no-warm", action="store_true",
+                        help="skip the untimed 300-client round that fills numba's cache")  # fmt: skip
     args = parser.parse_args()
     print(f"{platform.processor() or platform.machine()}, {time.strftime('%Y-%m-%d')}, "
           f"cost-only FedAvg, {args.rounds} round(s)")  # fmt: skip
+    if not args.no_warm and "event" in args.engine:
+        warm(args.mobility)
     print(f"{'engine':>8} {'cells':>5} {'part':>5} {'mobility':>15} {'clients':>8} {'s/round':>8} "
           f"{'rows/s':>8} {'sim s':>7} {'peak GB':>8}")  # fmt: skip
     for engine, cells, part, model in itertools.product(
