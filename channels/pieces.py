@@ -147,14 +147,14 @@ class Pieces:
             senders = self._on_air[up]
             if not len(mine) or not len(senders):
                 continue
-            band, cells = a["share_b"][rows[mine]], self._on_cell[senders]
+            band = a["share_b"][rows[mine]]
             if up:  # at base stations
                 heard[mine] = self._uplinks_heard(a["rx_cell"][rows[mine]], band)
                 continue
             shape = (len(mine), len(senders))
             grid = np.broadcast_to(rows[mine][:, None], shape)
             g = self._pair_gains(grid, np.broadcast_to(senders, shape),
-                                 np.broadcast_to(cells, shape))  # fmt: skip
+                                 np.broadcast_to(self._on_cell[senders], shape))  # fmt: skip
             heard[mine] = (g * np.minimum(1.0, band[:, None] / self._width()[senders])).sum(axis=1)
         return heard
 
