@@ -172,6 +172,8 @@ class Medium(Interference):
         """The state of moving clients: where they are, who serves them, handovers done."""
         self._tick = -1
         self._moved_until = 0.0
+        self._moved_at: float | None = None
+        """The time :meth:`_move` last brought things to (a second call then does nothing)."""
         self.client_x = self.client_y = np.zeros(0)
         """Clients' positions in the current tick (with motion), each filled the first time
         the tick asks for it (:meth:`position`): a tick costs the clients on the air."""
@@ -311,9 +313,11 @@ class Medium(Interference):
         a["path_gain"][index] = self.gain(d)
 
     def _move(self, t: float) -> None:
-        """With motion, bring positions, handovers and breaks up to ``t``."""
+        """With motion, bring positions, handovers and breaks up to ``t`` (once per ``t``:
+        only a move makes handovers, and a break it starts ends at ``t`` at the earliest,
+        within the same move)."""
         motion = self.motion
-        if motion is None:
+        if motion is None or t == self._moved_at:
             return
         k = motion.tick(t)
         if k != self._tick:
@@ -325,6 +329,7 @@ class Medium(Interference):
             self.suspended = [s for s in self.suspended if s[0] > t]
             for _, r, left, up in due:
                 self._resume(r, left, up)
+        self._moved_at = t
 
     def _new_tick(self, k: int, t: float) -> None:
         """Tick ``k`` starts at ``t``: clients' positions, and the path gains from them."""

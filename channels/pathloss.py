@@ -36,6 +36,11 @@ class LogDistancePathLoss:
     def gain(self, distance_m: FloatOrArray) -> FloatOrArray:
         """Linear large-scale power gain at ``distance_m`` metres (> 0)."""
         require("distance_m", distance_m, positive=True)
+        return self.gain_unchecked(distance_m)
+
+    def gain_unchecked(self, distance_m: FloatOrArray) -> FloatOrArray:
+        """:meth:`gain` for distances known to be > 0 (the medium clamps them to 1e-9 m):
+        the same arithmetic without the check, which costs more than a few gains."""
         return db_to_linear(self.constant_db) * (distance_m / self.reference_m) ** -self.exponent
 
     def gain_of_squared(self, squared_m2: np.ndarray) -> np.ndarray:

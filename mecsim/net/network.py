@@ -212,7 +212,7 @@ class Network(ClosedForms, LinkChecks):
         """Every cell's radio and every client's uplink on one medium (see
         :mod:`mecsim.channels.medium`)."""
         cells, clients, reuse = self.cells, self.clients, self.config.frequency_reuse
-        gain = self.channel.pathloss.gain
+        gain = self.channel.pathloss.gain_unchecked  # the medium clamps distances to 1e-9 m
         motion = None
         if self.handovers is not None:
             assert self.trajectories is not None
