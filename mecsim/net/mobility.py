@@ -92,17 +92,24 @@ class RandomWaypoint(Trajectories):
         super().__init__(x_m, y_m)
         self.area, self.speed, self.pause_s, self.seed = area, speed_mps, pause_s, seed
         n = len(self.x0)
-        # legs[j]: depart, arrive, x_from, y_from, x_to, y_to of every client's j-th leg
-        self.legs: list[np.ndarray] = []
-        self._stacked: np.ndarray | None = None
+        self._legs = np.empty((0, 6, n))
+        """Room for the legs drawn (doubled when full: a leg is drawn for every client
+        whenever the first of them needs one, tens of times a run at 100,000 clients)."""
+        self._drawn = 0
         self._next_x, self._next_y, self._free_at = self.x0.copy(), self.y0.copy(), np.zeros(n)
         self._free_from = 0.0
         """The earliest of ``_free_at``: legs are drawn up to there."""
         self._rows = np.arange(n)
         self._cursors: list[_Cursor] = []
 
+    @property
+    def legs(self) -> np.ndarray:
+        """[legs x 6 x clients]: depart, arrive, x_from, y_from, x_to, y_to of every client's
+        legs drawn so far (a view)."""
+        return self._legs[: self._drawn]
+
     def _draw_leg(self) -> None:
-        j = len(self.legs)
+        j = self._drawn
         rng = numpy_rng(self.seed, "mobility", "leg", j)
         n = len(self.x0)
         x_min, y_min, x_max, y_max = self.area
@@ -112,7 +119,13 @@ class RandomWaypoint(Trajectories):
         depart = self._free_at
         length = np.hypot(to_x - self._next_x, to_y - self._next_y)
         arrive = depart + length / speed
-        self.legs.append(np.stack([depart, arrive, self._next_x, self._next_y, to_x, to_y]))
+        if j == len(self._legs):
+            room = np.empty((max(4, 2 * j), 6, n))
+            room[:j] = self._legs
+            self._legs = room
+        for f, values in enumerate((depart, arrive, self._next_x, self._next_y, to_x, to_y)):
+            self._legs[j, f] = values
+        self._drawn = j + 1
         self._next_x, self._next_y, self._free_at = to_x, to_y, arrive + self.pause_s
         self._free_from = float(self._free_at.min())
 
@@ -124,21 +137,23 @@ class RandomWaypoint(Trajectories):
         """[6 x n]: each client's (or each of ``clients``') leg under way (or paused
         after) at ``t``. With ``clients``, only theirs are moved on: a cursor's other
         clients stay on earlier legs and catch up when asked for."""
-        while self._free_from <= t:
-            self._draw_leg()
-        if self._stacked is None or len(self._stacked) != len(self.legs):
-            self._stacked = np.stack(self.legs)  # [legs x 6 x n]
-        cursor = self._cursor(t)
+        cursor = self._drawn_cursor(t)
         if clients is None:  # next leg begun by t
             ahead = np.flatnonzero(cursor.legs[1] + self.pause_s <= t)
         else:
             ahead = clients[cursor.legs[1, clients] + self.pause_s <= t]
         while len(ahead):
             cursor.index[ahead] += 1
-            cursor.legs[:, ahead] = self._stacked[cursor.index[ahead], :, ahead].T
+            cursor.legs[:, ahead] = self.legs[cursor.index[ahead], :, ahead].T
             ahead = ahead[cursor.legs[1, ahead] + self.pause_s <= t]
         cursor.t = t
         return cursor.legs if clients is None else cursor.legs[:, clients]
+
+    def _drawn_cursor(self, t: float) -> _Cursor:
+        """:meth:`_cursor` at ``t``, with every client's legs drawn past ``t``."""
+        while self._free_from <= t:
+            self._draw_leg()
+        return self._cursor(t)
 
     def _cursor(self, t: float) -> _Cursor:
         """The latest cursor at or before ``t`` (callers advancing in time each keep
@@ -148,9 +163,8 @@ class RandomWaypoint(Trajectories):
             cursor = max(behind, key=lambda c: c.t)
             self._cursors.remove(cursor)
         else:
-            assert self._stacked is not None
-            index = (self._stacked[:, 0, :] <= t).sum(axis=0) - 1
-            cursor = _Cursor(t, index, self._stacked[index, :, self._rows].T.copy())
+            index = (self.legs[:, 0, :] <= t).sum(axis=0) - 1
+            cursor = _Cursor(t, index, self.legs[index, :, self._rows].T.copy())
         self._cursors = [*self._cursors[-(MAX_CURSORS - 1) :], cursor]  # most recent last
         return cursor
 
@@ -158,7 +172,15 @@ class RandomWaypoint(Trajectories):
         return self._interpolate(t, self.leg_at(t))
 
     def positions_of(self, t: float, clients: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        return self._interpolate(t, self.leg_at(t, clients))
+        """:meth:`positions` of ``clients`` (distinct): ``leg_at`` and the interpolation in
+        one compiled loop (:mod:`~mecsim.net.waypoint_kernel`; multi-cell runs only)."""
+        from mecsim.net.waypoint_kernel import positions_of  # numba: multi-cell runs only
+
+        cursor = self._drawn_cursor(t)
+        clients = np.asarray(clients, dtype=np.int64)
+        x, y = positions_of(t, clients, cursor.index, cursor.legs, self.legs, float(self.pause_s))
+        cursor.t = t
+        return x, y
 
     @staticmethod
     def _interpolate(t: float, legs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
