@@ -318,7 +318,8 @@ class EventMedium(Medium, Pieces):
             self._refresh(rows, t)
 
     def _hand_overs(self, handovers: list) -> None:
-        """A client with nothing open only changes cells: its handover touches no row."""
+        """A client with nothing open only changes cells: its handover touches no row (and
+        touches nothing a busy client's reads, so the idle ones are served together)."""
         if not handovers:
             return
         a = self.slots.a
@@ -329,8 +330,9 @@ class EventMedium(Medium, Pieces):
         for h in handovers:
             if h.client in busy:
                 self._hand_over(h.client, h.target, h.t)
-            else:
-                self._serve(h.client, h.target)
+        idle = [h for h in handovers if h.client not in busy]
+        if idle:
+            self._serve_all(np.array([h.client for h in idle]), np.array([h.target for h in idle]))
         self._version += 1
 
     def _hand_over(self, client: int, target: int, t: float) -> None:

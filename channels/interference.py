@@ -52,6 +52,7 @@ class Interference:
     _tx_cells: np.ndarray | None
     _static: tuple[np.ndarray, ...] | None
     _bound: tuple | None
+    _uplink_index: tuple | None
     _index: dict[int, int]
     _placed: np.ndarray
     client_x: np.ndarray
@@ -121,6 +122,27 @@ class Interference:
         self.serving[client] = target
         if self._tx_cells is not None:  # its uplink's cell
             self._tx_cells[self._index[id(self.uplink_of[client])]] = target
+
+    def _serve_all(self, clients: np.ndarray, targets: np.ndarray) -> None:
+        """:meth:`_serve` for each of ``clients`` in turn (a client listed twice ends at its
+        last target), in array passes."""
+        assert self.serving is not None
+        _, from_end = np.unique(clients[::-1], return_index=True)
+        last = len(clients) - 1 - from_end
+        clients, targets = clients[last], targets[last]
+        self.serving[clients] = targets
+        if self._tx_cells is not None:  # their uplinks' cells
+            self._tx_cells[self._uplinks()[clients]] = targets
+
+    def _uplinks(self) -> np.ndarray:
+        """Each client's uplink transmitter (cached with the sites)."""
+        sites = self._sites()
+        if self._uplink_index is None or self._uplink_index[0] is not sites:
+            client = sites[4]
+            index = np.full(int(client.max(initial=-1)) + 1, -1, dtype=np.int64)
+            index[client[client >= 0]] = np.flatnonzero(client >= 0)
+            self._uplink_index = (sites, index)
+        return self._uplink_index[1]
 
     def _sites(self) -> tuple[np.ndarray, ...]:
         """Every transmitter's site (x, y, cell, uplink, client) and its power and band."""

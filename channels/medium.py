@@ -167,6 +167,7 @@ class Medium(Interference):
         self._table: tuple | None = None
         self._band_order: np.ndarray | None = None
         self._bound: tuple | None = None
+        self._uplink_index: tuple | None = None
 
     def _moving(self, motion: Motion | None) -> None:
         """The state of moving clients: where they are, who serves them, handovers done."""
