@@ -6,7 +6,7 @@ and cells each tick) and which are on the air, the interference
 every open reception hears, ``P h(d) min(1, b / B)`` summed over the
 co-channel transmitters of other cells in the same direction. Uplinks are
 decoded at their cell's base station, so their interference is summed per
-station from a [station x transmitter] gain table kept per tick (a column computed
+station from a [transmitter x station] gain table kept per tick (a row computed
 when a tick first asks for it); downlinks at each client, over the (few) cell radios.
 """
 
@@ -226,20 +226,23 @@ class Interference:
         return radios, table
 
     def _station_gains(self, columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(the base stations' cells, sorted; [station x transmitter] ``P h(d)``), valid for
-        the transmitters ``columns``: a column is computed the first time it is asked for
-        in a tick (once with nothing moving), so only transmitters on the air cost."""
+        """(the base stations' cells, sorted; [transmitter x station] ``P h(d)``), valid for
+        the transmitters ``columns``: a transmitter's row is computed the first time it is
+        asked for in a tick (once with nothing moving), so only transmitters on the air
+        cost. A row holds one transmitter's gains to every station side by side: a tick
+        fills and reads ~1,000 rows of a table of 100,000 (station-major, each gain was a
+        cache line of its own)."""
         key = (len(self._stations), len(self._power()))
         if self._gains is None or self._gains[0] != key:  # allocated once, columns stamped
             cells = np.array(sorted(self._stations), dtype=np.int64)
             xy = np.array([self._stations[c] for c in cells.tolist()]).reshape(-1, 2)
-            self._gains = (key, cells, np.empty((len(cells), key[1])), np.full(key[1], -2), xy)
+            self._gains = (key, cells, np.empty((key[1], len(cells))), np.full(key[1], -2), xy)
         _, cells, table, stamp, xy = self._gains
         missing = compiled().claim(columns, stamp, self._tick)  # each once, now stamped
         if len(missing):
             kernels = compiled()
             g = self.gain_of_squared(kernels.squared_distances(*self._tx_xy(missing), xy))
-            kernels.fill_columns(table, missing, g, self._power())
+            kernels.fill_rows(table, missing, g, self._power())
         return cells, table
 
     def _at_stations(
@@ -253,7 +256,8 @@ class Interference:
         stations, gains = self._station_gains(senders)
         which = np.searchsorted(stations, rx_cell)
         if self._uplink_band is not None:  # every uplink has the same band
-            g = (gains[:, senders] * co[stations][:, cell[senders]]).sum(axis=1)
+            at = np.ascontiguousarray(gains[senders].T)  # [station x sender]
+            g = (at * co[stations][:, cell[senders]]).sum(axis=1)
             return g[which] * np.minimum(1.0, band / self._uplink_band)
         senders = self._in_band_order(senders)
         return self._prefix_sums(stations, which, band, senders, cell[senders], co, gains)
@@ -275,7 +279,7 @@ class Interference:
         ``P h`` and ``P h / B`` over them; a reception at station row ``which`` holding
         ``band`` counts those of band <= b fully, the wider ones by b / B."""
         widths = self._width()[senders]
-        g = gains[:, senders] * co[stations][:, sender_cell]
+        g = np.ascontiguousarray(gains[senders].T) * co[stations][:, sender_cell]
         zero = np.zeros((len(stations), 1))
         full = np.concatenate([zero, np.cumsum(g, axis=1)], axis=1)
         scaled = np.concatenate([zero, np.cumsum(g / widths, axis=1)], axis=1)

@@ -46,7 +46,7 @@ def integrate(
     """Rows ``rows`` (of the row columns given) up to ``t`` over events ``at[row]`` to
     ``n - 1`` of a log: from the anchor at the rate held, a new piece at each co-channel
     event ``k``, at the interference after it: the held interference plus, per such event,
-    ``gains[gain_row[i], ev_col[k]] * sign * min(1, b / width[tx])`` (an event of a cell
+    ``gains[ev_col[k], gain_row[i]] * sign * min(1, b / width[tx])`` (an event of a cell
     not co-channel changes nothing: the piece goes on). Updates ``remaining``,
     ``sinr_time`` and ``heard`` in place."""
     for i in range(len(rows)):
@@ -62,7 +62,7 @@ def integrate(
                 bits += piece_rate * (ev_t[k] - since)
                 quality += piece_sinr * (ev_t[k] - since)
                 since = ev_t[k]
-                h += gains[g_row, ev_col[k]] * ev_sign[k] * min(1.0, b / width[ev_tx[k]])
+                h += gains[ev_col[k], g_row] * ev_sign[k] * min(1.0, b / width[ev_tx[k]])
                 piece_rate, piece_sinr = link_rate(
                     b, share_p[r], noise_psd[r], fade[r], path_gain[r], interference_w[r],
                     efficiency[r], min_sinr[r], h,
@@ -122,7 +122,7 @@ def station_tables(
     stations: np.ndarray, senders: np.ndarray, widths: np.ndarray, sender_cell: np.ndarray,
     co: np.ndarray, gains: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
-    """Per base station (a row of ``gains``, in cell ``stations[s]``), prefix sums of ``P h``
+    """Per base station (a column of ``gains``, in cell ``stations[s]``), prefix sums of ``P h``
     and of ``P h / B`` over ``senders`` sorted by band (``widths``), zero for a sender of a
     cell not co-channel with the station's (``Interference._prefix_sums``' arithmetic)."""
     m = len(senders)
@@ -131,7 +131,7 @@ def station_tables(
     for s in range(len(stations)):
         total = per_hz = 0.0
         for j in range(m):
-            g = gains[s, senders[j]] * (1.0 if co[stations[s], sender_cell[j]] else 0.0)
+            g = gains[senders[j], s] * (1.0 if co[stations[s], sender_cell[j]] else 0.0)
             total += g
             per_hz += g / widths[j]
             full[s, j + 1] = total
@@ -146,8 +146,8 @@ def station_heard(
     width: np.ndarray, ev_tx: np.ndarray, ev_sign: np.ndarray, ev_cell: np.ndarray,
     first: int, n: int,
 ) -> np.ndarray:  # fmt: skip
-    """Uplink interference of receptions decoded at base station ``which`` (a row of
-    ``gains`` and of the :func:`station_tables`, in cell ``rx_cell``) holding ``band``: the
+    """Uplink interference of receptions decoded at base station ``which`` (a column of
+    ``gains``, a row of the :func:`station_tables`, in cell ``rx_cell``) holding ``band``: the
     tables' senders of band <= b counted fully and the wider ones by b / B, plus events
     ``first`` to ``n - 1`` of the log since the tables (``P h min(1, b / B)``, + on, - off)."""
     m = len(widths)
@@ -159,7 +159,7 @@ def station_heard(
         for e in range(first, n):
             if co[rx_cell[i], ev_cell[e]]:
                 x = ev_tx[e]
-                h += gains[w, x] * ev_sign[e] * min(1.0, b / width[x])
+                h += gains[x, w] * ev_sign[e] * min(1.0, b / width[x])
         out[i] = h
     return out
 
@@ -217,22 +217,22 @@ def claim(values: np.ndarray, stamp: np.ndarray, now: int) -> np.ndarray:
 
 @njit(cache=True)
 def squared_distances(x: np.ndarray, y: np.ndarray, at: np.ndarray) -> np.ndarray:
-    """[point x point] squared distances from the ``at`` points (rows, [k x 2]) to the
-    (``x``, ``y``) ones (columns), at least 1e-18 m^2."""
-    out = np.empty((len(at), len(x)))
-    for s in range(len(at)):
-        for j in range(len(x)):
+    """[point x point] squared distances from the (``x``, ``y``) points (rows) to the
+    ``at`` ones ([k x 2], columns), at least 1e-18 m^2."""
+    out = np.empty((len(x), len(at)))
+    for j in range(len(x)):
+        for s in range(len(at)):
             dx, dy = x[j] - at[s, 0], y[j] - at[s, 1]
-            out[s, j] = max(dx * dx + dy * dy, 1e-18)
+            out[j, s] = max(dx * dx + dy * dy, 1e-18)
     return out
 
 
 @njit(cache=True)
-def fill_columns(table: np.ndarray, columns: np.ndarray, g: np.ndarray, power: np.ndarray) -> None:
-    """``table[:, columns] = g * power[columns]``, column by column."""
-    for s in range(table.shape[0]):
-        for j in range(len(columns)):
-            table[s, columns[j]] = g[s, j] * power[columns[j]]
+def fill_rows(table: np.ndarray, rows: np.ndarray, g: np.ndarray, power: np.ndarray) -> None:
+    """``table[rows] = g * power[rows][:, None]``, row by row."""
+    for j in range(len(rows)):
+        for s in range(table.shape[1]):
+            table[rows[j], s] = g[j, s] * power[rows[j]]
 
 
 @njit(cache=True)

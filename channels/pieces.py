@@ -91,7 +91,7 @@ class Pieces:
         co = self._co_matrix(self._cell_bound())
         if first >= log.n:  # no event since any anchor: one piece each, no gains read
             gains, gain_row, ev_col = _NO_GAINS, np.zeros(len(rows), np.int64), log.tx
-        elif self.slots.up[rows[0]]:  # uplinks: the per-tick [station x transmitter] table
+        elif self.slots.up[rows[0]]:  # uplinks: the per-tick [transmitter x station] table
             stations, gains = self._station_gains(ev_tx)
             gain_row, ev_col = np.searchsorted(stations, rx_cell), log.tx
         else:  # downlinks: a [row x radio] table of the (few) radios in the events
@@ -102,6 +102,7 @@ class Pieces:
                                      np.broadcast_to(self._on_cell[radios], shape))  # fmt: skip
             gain_row, ev_col = np.arange(len(rows)), np.zeros(log.n, np.int64)
             ev_col[first:] = np.searchsorted(radios, ev_tx)
+            gains = gains.T  # [radio x row], as the uplinks' [transmitter x station]
         kernels.integrate(rows, gain_row, ev_col, np.ascontiguousarray(gains), co, self._width(),
                           log.t, log.tx, log.sign, log.cell, log.n, t, a["at"], a["anchor"],
                           a["heard"], a["rate"], a["sinr"], a["remaining"], a["sinr_time"],
@@ -168,7 +169,7 @@ class Pieces:
         if self.slots.up[rows.flat[0]]:
             stations, gains = self._station_gains(tx.ravel())
             which = np.searchsorted(stations, rx_cell)
-            return np.where(hears, gains[which, tx], 0.0)
+            return np.where(hears, gains[tx, which], 0.0)
         x, y = self._sites()[:2]  # downlinks: from the cells' radios, which do not move
         dx, dy = x[tx] - a["rx"][rows], y[tx] - a["ry"][rows]
         if self.motion is not None:

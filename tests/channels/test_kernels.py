@@ -45,7 +45,7 @@ def test_pieces_are_the_hand_sum_of_rates_over_each_interference_held():
     # on at 2 s, transmitter 1 off at 3 s, the reception brought to 4 s
     log = {"t": np.array([1.0, 2.0, 3.0]), "tx": np.array([1, 2, 1]),
            "sign": np.array([1.0, 1.0, -1.0]), "cell": np.array([1, 0, 1])}  # fmt: skip
-    gains = np.array([[0.0, 3e-14, 5e-14]])  # P h at the row's receiver, per transmitter
+    gains = np.array([[0.0], [3e-14], [5e-14]])  # P h at the row's receiver, per transmitter
     width = np.array([B, 4 * B, B])  # transmitter 1's band is 4x the reception's
     heard0 = 2e-14
     row = one_row(heard0)
@@ -63,7 +63,7 @@ def test_a_reception_with_no_event_since_its_anchor_is_one_piece_at_its_rate():
            "cell": np.array([1])}  # fmt: skip
     row = one_row(2e-14)
     row["at"][0], row["anchor"][0] = 1, 1.5  # the event at 1 s was counted at its anchor
-    integrate(row, log, 4.0, np.array([[0.0, 1e-9]]), np.array([B, B]))
+    integrate(row, log, 4.0, np.array([[0.0], [1e-9]]), np.array([B, B]))
     assert row["remaining"][0] == 1e8 - row["rate"][0] * 2.5
     assert row["sinr_time"][0] == row["sinr"][0] * 2.5 and row["heard"][0] == 2e-14
 
@@ -71,22 +71,17 @@ def test_a_reception_with_no_event_since_its_anchor_is_one_piece_at_its_rate():
 def test_a_reception_below_its_outage_threshold_carries_nothing_for_that_piece():
     log = {"t": np.array([0.5]), "tx": np.array([1]), "sign": np.array([1.0]),
            "cell": np.array([1])}  # fmt: skip
-    gains = np.array([[0.0, 1e-9, 0.0]])  # drowns the signal
+    gains = np.array([[0.0], [1e-9], [0.0]])  # drowns the signal
     row = one_row(0.0)
     row["min_sinr"][0] = 1.0
     integrate(row, log, 2.0, gains, np.array([B, B, B]))
     assert math.isclose(row["remaining"][0], 1e8 - 0.5 * shannon(0.0)[0], rel_tol=1e-12)
 
 
-def direct_uplink_sum(gains, w, cell, band, on, widths, cells, co):
-    """``sum P h min(1, b / B)`` over the co-channel transmitters ``on``, one by one."""
-    return sum(gains[w, x] * min(1.0, band / widths[x]) for x in on if co[cell, cells[x]])
-
-
 def test_station_tables_and_the_log_since_give_each_reception_its_direct_sum():
     rng = np.random.default_rng(1)
     stations, co = np.array([0, 1, 2]), ~np.eye(3, dtype=bool)
-    gains = rng.uniform(1e-15, 1e-12, size=(3, 12))
+    gains = rng.uniform(1e-15, 1e-12, size=(12, 3))  # [transmitter x station]
     width = rng.choice([B / 2, B, 2 * B], size=12)
     cells = rng.integers(0, 3, size=12)
     # the log: 3 turns off, 4 and 9 turn on, 4 turns off again; who is on after k events
@@ -101,7 +96,7 @@ def test_station_tables_and_the_log_since_give_each_reception_its_direct_sum():
                                       scaled, gains, co, width, ev_tx, ev_sign, cells[ev_tx],
                                       first, n)  # fmt: skip
         for i, (w, b) in enumerate(zip(which, band, strict=True)):
-            expected = sum(gains[w, x] * min(1.0, b / width[x])
+            expected = sum(gains[x, w] * min(1.0, b / width[x])
                            for x in after[n] if co[stations[w], cells[x]])  # fmt: skip
             assert math.isclose(heard[i], expected, rel_tol=1e-12)
 
@@ -145,19 +140,19 @@ def test_claim_takes_each_unstamped_value_once_in_order_and_stamps_it():
     assert kernels.claim(np.array([4, 1]), stamp, 5).tolist() == []
 
 
-def test_station_gain_columns_are_the_numpy_arithmetic_bit_for_bit():
+def test_station_gain_rows_are_the_numpy_arithmetic_bit_for_bit():
     rng = np.random.default_rng(7)
     x, y = rng.uniform(-900, 900, 40), rng.uniform(-900, 900, 40)
     x[3], y[3] = 0.0, 0.0  # on a base station: the 1e-18 m^2 floor
     at = np.array([[0.0, 0.0], [600.0, 0.0], [300.0, 519.6]])
     squared = kernels.squared_distances(x, y, at)
-    dx, dy = x[None, :] - at[:, 0:1], y[None, :] - at[:, 1:2]
+    dx, dy = x[:, None] - at[None, :, 0], y[:, None] - at[None, :, 1]
     assert np.array_equal(squared, np.maximum(dx * dx + dy * dy, 1e-18))
-    table, power = np.zeros((3, 50)), rng.uniform(0.1, 1.0, 50)
-    columns = np.array([5, 0, 49] + list(range(10, 47)))
-    kernels.fill_columns(table, columns, squared, power)
-    expected = np.zeros((3, 50))
-    expected[:, columns] = squared * power[columns][None, :]
+    table, power = np.zeros((50, 3)), rng.uniform(0.1, 1.0, 50)
+    rows = np.array([5, 0, 49] + list(range(10, 47)))
+    kernels.fill_rows(table, rows, squared, power)
+    expected = np.zeros((50, 3))
+    expected[rows] = squared * power[rows][:, None]
     assert np.array_equal(table, expected)
 
 

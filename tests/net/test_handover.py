@@ -187,7 +187,7 @@ def test_gain_tables_filled_lazily_are_those_of_each_ticks_positions():
             for s, cell in enumerate(stations.tolist()):
                 for col in columns.tolist():
                     d = math.hypot(x[col - 2] - CELLS[cell].x_m, y[col - 2] - CELLS[cell].y_m)
-                    assert table[s, col] == pytest.approx(
+                    assert table[col, s] == pytest.approx(
                         POWER * PATHLOSS.gain(d), rel=1e-13, abs=0
                     )
         for clients in (np.array([1]), np.array([0, 2])):
