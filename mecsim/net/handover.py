@@ -70,8 +70,7 @@ class HandoverSchedule:
         self.margin = 10 ** (margin_db / 10)
         self.trigger_ticks = math.ceil(time_to_trigger_s / tick_s - 1e-9)
         self._power = np.array([c.tx_power_w for c in cells])
-        self._bx = np.array([c.x_m for c in cells])
-        self._by = np.array([c.y_m for c in cells])
+        self._stations_xy = np.array([[c.x_m, c.y_m] for c in cells], dtype=float).reshape(-1, 2)
         n = len(initial)
         self.serving = np.asarray(initial, dtype=np.int64).copy()
         self._initial = self.serving.copy()
@@ -98,13 +97,10 @@ class HandoverSchedule:
 
     def _squared_distances(self, t: float, clients: np.ndarray) -> np.ndarray:
         """[client x cell] squared distances of ``clients`` to the base stations at ``t``."""
+        from mecsim.channels.kernels import squared_distances  # numba: moving runs only
+
         x, y = self.trajectories.positions_of(t, clients)
-        squared = x[:, None] - self._bx[None, :]  # in place: [client x cell] arrays are big
-        np.multiply(squared, squared, out=squared)
-        dy = y[:, None] - self._by[None, :]
-        np.multiply(dy, dy, out=dy)
-        np.add(squared, dy, out=squared)
-        return np.maximum(squared, 1e-18, out=squared)
+        return squared_distances(x, y, self._stations_xy)
 
     def _received(self, squared: np.ndarray) -> np.ndarray:
         """[client x cell] mean received power, W (per W of noise: path gain times the

@@ -62,7 +62,7 @@ class Trajectories:
 
 @dataclass
 class _Cursor:
-    """Each client's leg under way (or paused after) at ``t``: ``legs`` [6 x n], their
+    """Each client's leg under way (or paused after) at ``t``: ``legs`` [n x 6], their
     ``index`` in the drawn legs."""
 
     t: float
@@ -92,9 +92,10 @@ class RandomWaypoint(Trajectories):
         super().__init__(x_m, y_m)
         self.area, self.speed, self.pause_s, self.seed = area, speed_mps, pause_s, seed
         n = len(self.x0)
-        self._legs = np.empty((0, 6, n))
-        """Room for the legs drawn (doubled when full: a leg is drawn for every client
-        whenever the first of them needs one, tens of times a run at 100,000 clients)."""
+        self._legs = np.empty((0, n, 6))
+        """[leg x client x 6]: room for the legs drawn (doubled when full: a leg is drawn for
+        every client whenever the first of them needs one, tens of times a run at 100,000
+        clients); a client's leg is one cache line."""
         self._drawn = 0
         self._next_x, self._next_y, self._free_at = self.x0.copy(), self.y0.copy(), np.zeros(n)
         self._free_from = 0.0
@@ -106,7 +107,7 @@ class RandomWaypoint(Trajectories):
     def legs(self) -> np.ndarray:
         """[legs x 6 x clients]: depart, arrive, x_from, y_from, x_to, y_to of every client's
         legs drawn so far (a view)."""
-        return self._legs[: self._drawn]
+        return self._legs[: self._drawn].transpose(0, 2, 1)
 
     def _draw_leg(self) -> None:
         j = self._drawn
@@ -120,11 +121,11 @@ class RandomWaypoint(Trajectories):
         length = np.hypot(to_x - self._next_x, to_y - self._next_y)
         arrive = depart + length / speed
         if j == len(self._legs):
-            room = np.empty((max(4, 2 * j), 6, n))
+            room = np.empty((max(4, 2 * j), n, 6))
             room[:j] = self._legs
             self._legs = room
         for f, values in enumerate((depart, arrive, self._next_x, self._next_y, to_x, to_y)):
-            self._legs[j, f] = values
+            self._legs[j, :, f] = values
         self._drawn = j + 1
         self._next_x, self._next_y, self._free_at = to_x, to_y, arrive + self.pause_s
         self._free_from = float(self._free_at.min())
@@ -139,15 +140,15 @@ class RandomWaypoint(Trajectories):
         clients stay on earlier legs and catch up when asked for."""
         cursor = self._drawn_cursor(t)
         if clients is None:  # next leg begun by t
-            ahead = np.flatnonzero(cursor.legs[1] + self.pause_s <= t)
+            ahead = np.flatnonzero(cursor.legs[:, 1] + self.pause_s <= t)
         else:
-            ahead = clients[cursor.legs[1, clients] + self.pause_s <= t]
+            ahead = clients[cursor.legs[clients, 1] + self.pause_s <= t]
         while len(ahead):
             cursor.index[ahead] += 1
-            cursor.legs[:, ahead] = self.legs[cursor.index[ahead], :, ahead].T
-            ahead = ahead[cursor.legs[1, ahead] + self.pause_s <= t]
+            cursor.legs[ahead] = self._legs[cursor.index[ahead], ahead]
+            ahead = ahead[cursor.legs[ahead, 1] + self.pause_s <= t]
         cursor.t = t
-        return cursor.legs if clients is None else cursor.legs[:, clients]
+        return cursor.legs.T if clients is None else cursor.legs[clients].T
 
     def _drawn_cursor(self, t: float) -> _Cursor:
         """:meth:`_cursor` at ``t``, with every client's legs drawn past ``t``."""
@@ -163,8 +164,8 @@ class RandomWaypoint(Trajectories):
             cursor = max(behind, key=lambda c: c.t)
             self._cursors.remove(cursor)
         else:
-            index = (self.legs[:, 0, :] <= t).sum(axis=0) - 1
-            cursor = _Cursor(t, index, self.legs[index, :, self._rows].T.copy())
+            index = (self._legs[: self._drawn, :, 0] <= t).sum(axis=0) - 1
+            cursor = _Cursor(t, index, self._legs[index, self._rows])
         self._cursors = [*self._cursors[-(MAX_CURSORS - 1) :], cursor]  # most recent last
         return cursor
 
@@ -178,7 +179,7 @@ class RandomWaypoint(Trajectories):
 
         cursor = self._drawn_cursor(t)
         clients = np.asarray(clients, dtype=np.int64)
-        x, y = positions_of(t, clients, cursor.index, cursor.legs, self.legs, float(self.pause_s))
+        x, y = positions_of(t, clients, cursor.index, cursor.legs, self._legs, float(self.pause_s))
         cursor.t = t
         return x, y
 

@@ -19,20 +19,20 @@ def positions_of(
     pause_s: float,
 ) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
     """(x, y) of ``clients`` (distinct) at ``t``: each client's cursor entry (``index``
-    into ``stacked`` [leg x 6 x client], ``legs`` [6 x client]: depart, arrive, from x, y,
+    into ``stacked`` [leg x client x 6], ``legs`` [client x 6]: depart, arrive, from x, y,
     to x, y) moved on in place to the leg under way or paused after at ``t``, then the
     position along it (a fraction of the way, clipped to [0, 1]; 1 for a leg of no
     length)."""
     x, y = np.empty(len(clients)), np.empty(len(clients))
     for i in range(len(clients)):
         c = clients[i]
-        while legs[1, c] + pause_s <= t:
+        while legs[c, 1] + pause_s <= t:
             index[c] += 1
             for f in range(6):
-                legs[f, c] = stacked[index[c], f, c]
-        span = legs[1, c] - legs[0, c]
-        done = (t - legs[0, c]) / span if span > 0 else 1.0
+                legs[c, f] = stacked[index[c], c, f]
+        span = legs[c, 1] - legs[c, 0]
+        done = (t - legs[c, 0]) / span if span > 0 else 1.0
         done = min(max(done, 0.0), 1.0)
-        x[i] = legs[2, c] + done * (legs[4, c] - legs[2, c])
-        y[i] = legs[3, c] + done * (legs[5, c] - legs[3, c])
+        x[i] = legs[c, 2] + done * (legs[c, 4] - legs[c, 2])
+        y[i] = legs[c, 3] + done * (legs[c, 5] - legs[c, 3])
     return x, y
