@@ -74,6 +74,8 @@ class EventMedium(Medium, Pieces):
         """Uplink interference at the stations (taken when first asked for after a change)."""
         self._station_xy: np.ndarray | None = None
         """The base stations' positions, [cell x 2] (with motion)."""
+        self._columns: tuple | None = None
+        """(the rows' arrays, the columns :meth:`_refresh` passes on) while they hold."""
 
     def add_all(self, placed: list[tuple[SharedTransmitter, Site]]) -> list[SharedTransmitter]:
         self._spent_at = np.concatenate([self._spent_at, np.full(len(placed), self.now)])
@@ -188,6 +190,8 @@ class EventMedium(Medium, Pieces):
     # --- bringing receptions up to date ----------------------------------------------------
     def _groups(self, rows: np.ndarray) -> np.ndarray:
         """``rows`` with every open row of each fixed-rate multicast among them."""
+        if not self.slots.any_worst:
+            return rows
         worst = rows[self.slots.worst[rows]]
         if not len(worst):
             return rows
@@ -202,13 +206,22 @@ class EventMedium(Medium, Pieces):
         their group's lowest rate)."""
         rows = self._groups(rows)
         a = self.slots.a
-        columns = ("start", "block", "coherence", "deadline", "rate", "sinr", "done_at", "key")
-        fields = (a["remaining"], a["bits"], _DONE, a["heard"], a["share_b"], a["share_p"],
-                  *(a[f] for f in (*LINK, *columns)))  # fmt: skip
+        fields = self._refreshed_columns()
         kernels.refresh(rows, t, *fields, _NO_CAP)
-        if self.slots.worst[rows].any():
+        if self.slots.any_worst and self.slots.worst[rows].any():
             kernels.refresh(rows, t, *fields, self._group_min(rows, a["rate"][rows]))
         self._queue.push(rows, a["key"], a["stamp"], self.slots.live)
+
+    def _refreshed_columns(self) -> tuple:
+        """The row columns :func:`~mecsim.channels.kernels.refresh` reads and writes, in its
+        order (kept until the rows' arrays grow)."""
+        a = self.slots.a
+        if self._columns is None or self._columns[0] is not a:
+            names = ("start", "block", "coherence", "deadline", "rate", "sinr", "done_at", "key")
+            fields = (a["remaining"], a["bits"], _DONE, a["heard"], a["share_b"], a["share_p"],
+                      *(a[f] for f in (*LINK, *names)))  # fmt: skip
+            self._columns = (a, fields)
+        return self._columns[1]
 
     def _evaluate(self, rows: np.ndarray, t: float, refresh: bool = True) -> None:
         """Bring ``rows`` (and their multicast mates) up to ``t``: their bits and SINR

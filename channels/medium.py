@@ -389,7 +389,8 @@ class Medium(Interference):
         if motion is None:
             return horizon
         horizon = min(horizon, (motion.tick(t) + 1) * motion.tick_s)
-        horizon = min([horizon, *(s[0] for s in self.suspended)])
+        if self.suspended:
+            horizon = min(horizon, min(s[0] for s in self.suspended))
         return min(horizon, motion.schedule.next_after(t, horizon))
 
     # --- rates ------------------------------------------------------------------------

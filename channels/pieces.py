@@ -63,6 +63,8 @@ class Pieces:
 
     def _group_min(self, rows: np.ndarray, rate: np.ndarray) -> np.ndarray:
         """Each fixed-rate multicast's rows at its lowest rate (over axis 0)."""
+        if not self.slots.any_worst:
+            return rate
         worst = self.slots.worst[rows]
         if not worst.any():
             return rate
@@ -76,7 +78,7 @@ class Pieces:
         after each the running sum of the events' contributions (a compiled loop,
         :func:`~mecsim.channels.kernels.integrate`)."""
         a = self.slots.a
-        if self.slots.worst[rows].any():  # a multicast's rows share their pieces
+        if self.slots.any_worst and self.slots.worst[rows].any():  # multicasts share pieces
             still = a["at"][rows] >= log.n
             quiet, moved = rows[still], rows[~still]
             span = t - a["anchor"][quiet]  # no event since: one piece

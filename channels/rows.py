@@ -42,6 +42,9 @@ class Rows:
         self.a.update({f: np.zeros(capacity, dtype=np.int64) for f in INTS})
         self.up = np.zeros(capacity, dtype=bool)
         self.worst = np.zeros(capacity, dtype=bool)
+        self.any_worst = False
+        """Whether a row of a fixed-rate multicast was ever added (if not, ``worst`` is all
+        False and the medium skips looking at it)."""
         self.alive = np.zeros(capacity, dtype=bool)
         self.objects: list[Reception | None] = [None] * capacity
         self.free = list(range(capacity))
@@ -90,6 +93,7 @@ class Rows:
             else:
                 column[one] = values[0] if isinstance(values, list | np.ndarray) else values
         self.alive[rows] = True
+        self.any_worst = self.any_worst or bool(np.any(columns.get("worst", False)))
         for i, r in zip(rows.tolist(), receptions, strict=True):
             self.objects[i] = r
         self.count += n
@@ -124,6 +128,7 @@ class Rows:
         twin = Rows(0)
         twin.a = {f: v.copy() for f, v in self.a.items()}
         twin.up, twin.worst, twin.alive = self.up.copy(), self.worst.copy(), self.alive.copy()
+        twin.any_worst = self.any_worst
         twin.objects = [None if r is None else copy.copy(r) for r in self.objects]
         twin.free, twin.count, twin.high = list(self.free), self.count, self.high
         twins = {id(r): c for r, c in zip(self.objects, twin.objects, strict=True) if r is not None}
