@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from mecsim.channels import fluid, kernels
+from mecsim.channels.change_search import search
 from mecsim.channels.key_queue import KeyQueue
 from mecsim.channels.medium import Medium, Site
 from mecsim.channels.pieces import LINK, Pieces
@@ -75,6 +76,7 @@ class EventMedium(Medium, Pieces):
         self._station_xy: np.ndarray | None = None
         """The base stations' positions, [cell x 2] (with motion)."""
         self._columns: tuple | None = None
+        self._search_columns: tuple | None = None
         """(the rows' arrays, the columns :meth:`_refresh` passes on) while they hold."""
 
     def add_all(self, placed: list[tuple[SharedTransmitter, Site]]) -> list[SharedTransmitter]:
@@ -251,13 +253,40 @@ class EventMedium(Medium, Pieces):
         best, slots = limit, self.slots
         while True:
             a, logged = slots.a, (self.logs[True].n, self.logs[False].n)
-            best, rows = self._queue.candidates(a["stamp"], slots.alive, slots.up, a["at"],
-                                                logged, a["done_at"], a["key"], best,
-                                                _FIRST)  # fmt: skip
+            if self._searchable():  # the uplink rows it meets brought up to date compiled
+                best, rows = self._search(t, best)
+            else:
+                best, rows = self._queue.candidates(a["stamp"], slots.alive, slots.up, a["at"],
+                                                    logged, a["done_at"], a["key"], best,
+                                                    _FIRST)  # fmt: skip
             if not len(rows):
                 self._next = (state, best, limit)
                 return best
             self._evaluate(rows, t)  # in key order
+
+    def _searchable(self) -> bool:
+        """Whether :func:`~mecsim.channels.change_search.search` may run: no multicast
+        rows, and the stations' gain table is the current one."""
+        gains = self._gains
+        return (not self.slots.any_worst and gains is not None
+                and gains[0] == (len(self._stations), len(self._power())))  # fmt: skip
+
+    def _search(self, t: float, limit: float) -> tuple[float, np.ndarray]:
+        """:func:`~mecsim.channels.change_search.search` on this medium's state."""
+        a, slots, log, queue = self.slots.a, self.slots, self.logs[True], self._queue
+        if self._search_columns is None or self._search_columns[0] is not a:
+            names = ("anchor", "heard", "rate", "sinr", "remaining", "sinr_time", "rx_cell",
+                     "share_b", "share_p", *LINK, "bits")  # fmt: skip
+            self._search_columns = (a, tuple(a[f] for f in names),
+                                    (_DONE, *(a[f] for f in ("start", "block", "coherence",
+                                                             "deadline"))))  # fmt: skip
+        _, rows, refreshed = self._search_columns
+        _, stations, table, table_stamp, _ = self._gains  # type: ignore[misc]
+        return search(queue.key, queue.row, queue.stamp, queue.size, a["stamp"], slots.alive,
+                      slots.up, a["at"], self.logs[False].n, a["done_at"], a["key"], limit,
+                      _FIRST, stations, table, table_stamp, self._tick,
+                      self._co_matrix(self._cell_bound()), self._width(), log.t, log.tx,
+                      log.sign, log.cell, log.n, t, *rows, *refreshed)  # fmt: skip
 
     def _horizon(self, t: float, limit: float) -> float:
         return self._next_event(t, self._next_motion(t, limit))

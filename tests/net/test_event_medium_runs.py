@@ -99,8 +99,31 @@ def test_a_static_run_gives_the_same_tables_and_each_change_touches_a_few(tiny, 
 
     monkeypatch.setattr(EventMedium, "_evaluate", counting_evaluate)
     monkeypatch.setattr(EventMedium, "_step", counting_step)
+    monkeypatch.setattr(EventMedium, "_searchable", lambda self: False)  # all in _evaluate
     static = [m for m in MOVING if "mobility" not in m and "handover" not in m]
     settings = [*static, "clients.count=150", "protocol.rounds=1"]
     event, stepping = both_engines(tiny, settings)
     assert_same_tables(event, stepping)
     assert sum(touched) < 0.25 * sum(changes)  # the stepping engine touches all of them
+
+
+def test_the_compiled_search_gives_the_python_loops_tables_bit_for_bit(tiny, monkeypatch):
+    # change_search.search brings uplink rows up to date inside the next change point's
+    # search; with it off, EventMedium._evaluate does them one round at a time
+    from mecsim.channels.event_medium import EventMedium
+
+    settings = [*MOVING, "clients.count=150", 'network.medium="event"']
+    rounds: list[int] = []
+    search = EventMedium._search
+
+    def counting_search(self, t, limit):
+        best, left = search(self, t, limit)
+        rounds.append(len(left))
+        return best, left
+
+    monkeypatch.setattr(EventMedium, "_search", counting_search)
+    compiled = mecsim.run(tiny, settings, write=False).events
+    monkeypatch.setattr(EventMedium, "_searchable", lambda self: False)
+    python = mecsim.run(tiny, settings, write=False).events
+    assert len(rounds) > 100 and rounds.count(0) > 0.5 * len(rounds)  # it did the work
+    pd.testing.assert_frame_equal(compiled, python, check_exact=True)
