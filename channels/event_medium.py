@@ -103,15 +103,18 @@ class EventMedium(Medium, Pieces):
         self._station_gains(_NONE)  # the gain table of this tick's stations
         board = self._board
         if board is None or not board.holds(self._tick, self._gains, log.n):
-            senders = self._in_band_order(self._on_air[True])
+            senders = self._on_air[True]  # in band order already if every uplink has one
+            senders = senders if self._uplink_band is not None else self._in_band_order(senders)
             stations, gains = self._station_gains(senders)
             width = self._width()[senders]
             full, scaled = kernels.station_tables(stations, senders, width,
                                                   self._on_cell[senders], co, gains)  # fmt: skip
-            board = self._board = StationBoard(self._tick, self._gains, log.n, width, full, scaled)
+            bands, counts = np.unique(width, return_counts=True)
+            board = self._board = StationBoard(self._tick, self._gains, log.n, width, bands,
+                                               np.cumsum(counts), full, scaled)  # fmt: skip
         stations, gains = self._station_gains(log.tx[board.first : log.n])
         return kernels.station_heard(
-            np.searchsorted(stations, rx_cell), rx_cell, band, board.widths, board.full,
+            np.searchsorted(stations, rx_cell), rx_cell, band, board.bands, board.ends, board.full,
             board.scaled, gains, co, self._width(), log.tx, log.sign, log.cell, board.first, log.n,
         )  # fmt: skip
 

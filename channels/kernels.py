@@ -141,20 +141,23 @@ def station_tables(
 
 @njit(cache=True)
 def station_heard(
-    which: np.ndarray, rx_cell: np.ndarray, band: np.ndarray, widths: np.ndarray,
-    full: np.ndarray, scaled: np.ndarray, gains: np.ndarray, co: np.ndarray,
+    which: np.ndarray, rx_cell: np.ndarray, band: np.ndarray, bands: np.ndarray,
+    ends: np.ndarray, full: np.ndarray, scaled: np.ndarray, gains: np.ndarray, co: np.ndarray,
     width: np.ndarray, ev_tx: np.ndarray, ev_sign: np.ndarray, ev_cell: np.ndarray,
     first: int, n: int,
 ) -> np.ndarray:  # fmt: skip
     """Uplink interference of receptions decoded at base station ``which`` (a column of
     ``gains``, a row of the :func:`station_tables`, in cell ``rx_cell``) holding ``band``: the
     tables' senders of band <= b counted fully and the wider ones by b / B, plus events
-    ``first`` to ``n - 1`` of the log since the tables (``P h min(1, b / B)``, + on, - off)."""
-    m = len(widths)
+    ``first`` to ``n - 1`` of the log since the tables (``P h min(1, b / B)``, + on, - off).
+    The senders' distinct ``bands`` (sorted) and ``ends`` (how many senders hold each band
+    or a narrower one) find the senders of band <= b in a search over a few bands."""
+    m = full.shape[1] - 1
     out = np.empty(len(which))
     for i in range(len(which)):
         w, b = which[i], band[i]
-        k = np.searchsorted(widths, b, side="right")
+        j = np.searchsorted(bands, b, side="right")
+        k = ends[j - 1] if j > 0 else 0
         h = full[w, k] + b * (scaled[w, m] - scaled[w, k])
         for e in range(first, n):
             if co[rx_cell[i], ev_cell[e]]:

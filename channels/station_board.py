@@ -37,6 +37,10 @@ class StationBoard:
     """Events of the uplink log counted in the sums."""
     widths: np.ndarray
     """The senders' bands, sorted."""
+    bands: np.ndarray
+    """The distinct ``widths``."""
+    ends: np.ndarray
+    """How many senders hold each of ``bands`` or a narrower one."""
     full: np.ndarray
     """[station x sender + 1] prefix sums of ``P h``."""
     scaled: np.ndarray

@@ -92,9 +92,10 @@ def test_station_tables_and_the_log_since_give_each_reception_its_direct_sum():
         senders = np.array(sorted(after[first], key=lambda x: width[x]))  # band order, stable
         full, scaled = kernels.station_tables(stations, senders, width[senders], cells[senders],
                                               co, gains)  # fmt: skip
-        heard = kernels.station_heard(which, stations[which], band, width[senders], full,
-                                      scaled, gains, co, width, ev_tx, ev_sign, cells[ev_tx],
-                                      first, n)  # fmt: skip
+        bands, counts = np.unique(width[senders], return_counts=True)
+        heard = kernels.station_heard(which, stations[which], band, bands, np.cumsum(counts),
+                                      full, scaled, gains, co, width, ev_tx, ev_sign,
+                                      cells[ev_tx], first, n)  # fmt: skip
         for i, (w, b) in enumerate(zip(which, band, strict=True)):
             expected = sum(gains[x, w] * min(1.0, b / width[x])
                            for x in after[n] if co[stations[w], cells[x]])  # fmt: skip

@@ -10,7 +10,8 @@ from mecsim.channels.station_board import SLACK, StationBoard
 def board(senders: int, first: int = 10) -> tuple[StationBoard, tuple]:
     table = ("key", np.zeros(2))
     zeros = np.zeros((3, senders + 1))
-    return StationBoard(4, table, first, np.ones(senders), zeros, zeros), table
+    ones = np.ones(senders)
+    return StationBoard(4, table, first, ones, ones[:1], np.array([senders]), zeros, zeros), table
 
 
 def test_a_board_answers_for_its_tick_and_table_up_to_its_slack_of_events():
