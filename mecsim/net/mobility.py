@@ -60,7 +60,7 @@ class Trajectories:
         return x[clients], y[clients]
 
 
-@dataclass
+@dataclass(eq=False)
 class _Cursor:
     """Each client's leg under way (or paused after) at ``t``: ``legs`` [n x 6], their
     ``index`` in the drawn legs."""
@@ -159,9 +159,11 @@ class RandomWaypoint(Trajectories):
     def _cursor(self, t: float) -> _Cursor:
         """The latest cursor at or before ``t`` (callers advancing in time each keep
         theirs), or a new one that counts the legs begun by ``t``."""
-        behind = [c for c in self._cursors if c.t <= t]
-        if behind:
-            cursor = max(behind, key=lambda c: c.t)
+        cursor = None
+        for c in self._cursors:  # the latest at or before t (the first of equals)
+            if c.t <= t and (cursor is None or c.t > cursor.t):
+                cursor = c
+        if cursor is not None:
             self._cursors.remove(cursor)
         else:
             index = (self._legs[: self._drawn, :, 0] <= t).sum(axis=0) - 1
