@@ -76,8 +76,9 @@ class EventMedium(Medium, Pieces):
         self._station_xy: np.ndarray | None = None
         """The base stations' positions, [cell x 2] (with motion)."""
         self._columns: tuple | None = None
-        self._search_columns: tuple | None = None
         """(the rows' arrays, the columns :meth:`_refresh` passes on) while they hold."""
+        self._search_columns: tuple | None = None
+        """The same for :meth:`_search`."""
 
     def add_all(self, placed: list[tuple[SharedTransmitter, Site]]) -> list[SharedTransmitter]:
         self._spent_at = np.concatenate([self._spent_at, np.full(len(placed), self.now)])
