@@ -101,7 +101,9 @@ class EventMedium(Medium, Pieces):
         hear now: the station board's sums and the events logged since
         (:mod:`~mecsim.channels.station_board`)."""
         log, co = self.logs[True], self._co_matrix(self._cell_bound())
-        self._station_gains(_NONE)  # the gain table of this tick's stations
+        table = self._gains
+        if table is None or table[0] != (len(self._stations), len(self._power())):
+            self._station_gains(_NONE)  # a gain table for the stations there are now
         board = self._board
         if board is None or not board.holds(self._tick, self._gains, log.n):
             senders = self._on_air[True]  # in band order already if every uplink has one

@@ -144,6 +144,8 @@ class Pieces:
         a = self.slots.a
         if len(rows) > 16:
             return self._heard(a["share_b"][rows], rows)
+        if len(rows) == 1 and self.slots.up[rows[0]] and len(self._on_air[True]):  # a start
+            return self._uplinks_heard(a["rx_cell"][rows], a["share_b"][rows])
         heard = np.zeros(len(rows))
         for up in (True, False):
             mine = np.flatnonzero(self.slots.up[rows] == up)
