@@ -161,20 +161,16 @@ class Medium(Interference):
         self._plan: tuple | None = None
         self._co: np.ndarray | None = None
         self._static: tuple[np.ndarray, ...] | None = None
-        self._gains: tuple | None = None
+        self._gains = self._table = self._bound = self._uplink_index = None  # (Interference)
         self._tx_cells: np.ndarray | None = None
         self._one_band: tuple[float | None] | None = None
-        self._table: tuple | None = None
         self._band_order: np.ndarray | None = None
-        self._bound: tuple | None = None
-        self._uplink_index: tuple | None = None
 
     def _moving(self, motion: Motion | None) -> None:
         """The state of moving clients: where they are, who serves them, handovers done."""
         self._tick = -1
         self._moved_until = 0.0
-        self._moved_at: float | None = None
-        """The time :meth:`_move` last brought things to (a second call then does nothing)."""
+        self._moved_at: float | None = None  # when _move last ran: again at it does nothing
         self.client_x = self.client_y = np.zeros(0)
         """Clients' positions in the current tick (with motion), each filled the first time
         the tick asks for it (:meth:`position`): a tick costs the clients on the air."""
@@ -314,9 +310,8 @@ class Medium(Interference):
         a["path_gain"][index] = self.gain(d)
 
     def _move(self, t: float) -> None:
-        """With motion, bring positions, handovers and breaks up to ``t`` (once per ``t``:
-        only a move makes handovers, and a break it starts ends at ``t`` at the earliest,
-        within the same move)."""
+        """With motion, bring positions, handovers and breaks up to ``t``, once per ``t`` (only
+        a move makes handovers, and it resumes the breaks they start that end by ``t``)."""
         motion = self.motion
         if motion is None or t == self._moved_at:
             return
