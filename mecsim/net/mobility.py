@@ -134,21 +134,17 @@ class RandomWaypoint(Trajectories):
     def max_speed_mps(self) -> float:
         return float(self.speed[1])
 
-    def leg_at(self, t: float, clients: np.ndarray | None = None) -> np.ndarray:
-        """[6 x n]: each client's (or each of ``clients``') leg under way (or paused
-        after) at ``t``. With ``clients``, only theirs are moved on: a cursor's other
-        clients stay on earlier legs and catch up when asked for."""
+    def leg_at(self, t: float) -> np.ndarray:
+        """[6 x n]: each client's leg under way (or paused after) at ``t`` (a cursor's
+        clients moved on only by :meth:`positions_of` catch up here)."""
         cursor = self._drawn_cursor(t)
-        if clients is None:  # next leg begun by t
-            ahead = np.flatnonzero(cursor.legs[:, 1] + self.pause_s <= t)
-        else:
-            ahead = clients[cursor.legs[clients, 1] + self.pause_s <= t]
+        ahead = np.flatnonzero(cursor.legs[:, 1] + self.pause_s <= t)  # next leg begun by t
         while len(ahead):
             cursor.index[ahead] += 1
             cursor.legs[ahead] = self._legs[cursor.index[ahead], ahead]
             ahead = ahead[cursor.legs[ahead, 1] + self.pause_s <= t]
         cursor.t = t
-        return cursor.legs.T if clients is None else cursor.legs[clients].T
+        return cursor.legs.T
 
     def _drawn_cursor(self, t: float) -> _Cursor:
         """:meth:`_cursor` at ``t``, with every client's legs drawn past ``t``."""
@@ -175,8 +171,9 @@ class RandomWaypoint(Trajectories):
         return self._interpolate(t, self.leg_at(t))
 
     def positions_of(self, t: float, clients: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """:meth:`positions` of ``clients`` (distinct): ``leg_at`` and the interpolation in
-        one compiled loop (:mod:`~mecsim.net.waypoint_kernel`; multi-cell runs only)."""
+        """:meth:`positions` of ``clients``: only their cursor entries moved on (the others
+        catch up when asked for) and interpolated, in one compiled loop
+        (:mod:`~mecsim.net.waypoint_kernel`; multi-cell runs only)."""
         from mecsim.net.waypoint_kernel import positions_of  # numba: multi-cell runs only
 
         cursor = self._drawn_cursor(t)
