@@ -18,10 +18,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from mecsim.channels.kernels import integrate, refresh
+from mecsim.channels.kernels import NO_CAP, integrate, refresh
 from mecsim.channels.key_queue import candidates, push_rows
-
-_NO_CAP = np.zeros(0)
 
 
 @njit(cache=True)
@@ -78,5 +76,5 @@ def search(
             anchor[r], at[r] = t, n
         refresh(found, t, remaining, bits, done, heard, share_b, share_p, noise_psd, fade,
                 path_gain, interference_w, efficiency, min_sinr, start, block, coherence,
-                deadline, rate, sinr, done_at, key, _NO_CAP)  # fmt: skip
+                deadline, rate, sinr, done_at, key, NO_CAP)  # fmt: skip
         push_rows(hk, hr, hs, size, found, key, stamp)

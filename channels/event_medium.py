@@ -48,7 +48,12 @@ from mecsim.channels.sharing import (
 from mecsim.channels.station_board import StationBoard
 
 _FIRST = 32  # receptions brought up to date first when the next change point is unknown
-_NO_CAP = np.zeros(0)  # kernels.refresh with no cap on the rates
+_REFRESHED = ("remaining", "bits", "done", "heard", "share_b", "share_p", *LINK, "start",
+              "block", "coherence", "deadline", "rate", "sinr", "done_at", "key")  # fmt: skip
+"""The row columns :func:`~mecsim.channels.kernels.refresh` reads and writes, in its order."""
+_SEARCHED = ("anchor", "heard", "rate", "sinr", "remaining", "sinr_time", "rx_cell", "share_b",
+             "share_p", *LINK, "bits", "done", "start", "block", "coherence", "deadline")  # fmt: skip
+"""Those :func:`~mecsim.channels.change_search.search` takes after the log and ``t``."""
 _NONE = np.zeros(0, dtype=np.int64)  # no rows
 
 
@@ -75,10 +80,8 @@ class EventMedium(Medium, Pieces):
         """Uplink interference at the stations (taken when first asked for after a change)."""
         self._station_xy: np.ndarray | None = None
         """The base stations' positions, [cell x 2] (with motion)."""
-        self._columns: tuple | None = None
-        """(the rows' arrays, the columns :meth:`_refresh` passes on) while they hold."""
-        self._search_columns: tuple | None = None
-        """The same for :meth:`_search`."""
+        self._columns: tuple[dict, dict] = ({}, {})
+        """(the rows' arrays, the column tuples :meth:`_row_columns` gave) while they hold."""
 
     def add_all(self, placed: list[tuple[SharedTransmitter, Site]]) -> list[SharedTransmitter]:
         self._spent_at = np.concatenate([self._spent_at, np.full(len(placed), self.now)])
@@ -101,13 +104,11 @@ class EventMedium(Medium, Pieces):
         hear now: the station board's sums and the events logged since
         (:mod:`~mecsim.channels.station_board`)."""
         log, co = self.logs[True], self._co_matrix(self._cell_bound())
-        table = self._gains
-        if table is None or table[0] != (len(self._stations), len(self._power())):
+        if not self._gains_current():
             self._station_gains(_NONE)  # a gain table for the stations there are now
         board = self._board
         if board is None or not board.holds(self._tick, self._gains, log.n):
-            senders = self._on_air[True]  # in band order already if every uplink has one
-            senders = senders if self._uplink_band is not None else self._in_band_order(senders)
+            senders = self._in_band_order(self._on_air[True])
             stations, gains = self._station_gains(senders)
             width = self._width()[senders]
             full, scaled = kernels.station_tables(stations, senders, width,
@@ -214,22 +215,22 @@ class EventMedium(Medium, Pieces):
         their group's lowest rate)."""
         rows = self._groups(rows)
         a = self.slots.a
-        fields = self._refreshed_columns()
-        kernels.refresh(rows, t, *fields, _NO_CAP)
+        fields = self._row_columns(_REFRESHED)
+        kernels.refresh(rows, t, *fields, kernels.NO_CAP)
         if self.slots.any_worst and self.slots.worst[rows].any():
             kernels.refresh(rows, t, *fields, self._group_min(rows, a["rate"][rows]))
         self._queue.push(rows, a["key"], a["stamp"], self.slots.live)
 
-    def _refreshed_columns(self) -> tuple:
-        """The row columns :func:`~mecsim.channels.kernels.refresh` reads and writes, in its
-        order (kept until the rows' arrays grow)."""
+    def _row_columns(self, names: tuple[str, ...]) -> tuple:
+        """The rows' arrays ``names`` (``"done"``: the fraction of its bits left at which a
+        row is done), kept until the arrays grow."""
         a = self.slots.a
-        if self._columns is None or self._columns[0] is not a:
-            names = ("start", "block", "coherence", "deadline", "rate", "sinr", "done_at", "key")
-            fields = (a["remaining"], a["bits"], _DONE, a["heard"], a["share_b"], a["share_p"],
-                      *(a[f] for f in (*LINK, *names)))  # fmt: skip
-            self._columns = (a, fields)
-        return self._columns[1]
+        if self._columns[0] is not a:
+            self._columns = (a, {})
+        given = self._columns[1]
+        if names not in given:
+            given[names] = tuple(_DONE if f == "done" else a[f] for f in names)
+        return given[names]
 
     def _evaluate(self, rows: np.ndarray, t: float, refresh: bool = True) -> None:
         """Bring ``rows`` (and their multicast mates) up to ``t``: their bits and SINR
@@ -273,26 +274,17 @@ class EventMedium(Medium, Pieces):
     def _searchable(self) -> bool:
         """Whether :func:`~mecsim.channels.change_search.search` may run: no multicast
         rows, and the stations' gain table is the current one."""
-        gains = self._gains
-        return (not self.slots.any_worst and gains is not None
-                and gains[0] == (len(self._stations), len(self._power())))  # fmt: skip
+        return not self.slots.any_worst and self._gains_current()
 
     def _search(self, t: float, limit: float) -> tuple[float, np.ndarray]:
         """:func:`~mecsim.channels.change_search.search` on this medium's state."""
         a, slots, log, queue = self.slots.a, self.slots, self.logs[True], self._queue
-        if self._search_columns is None or self._search_columns[0] is not a:
-            names = ("anchor", "heard", "rate", "sinr", "remaining", "sinr_time", "rx_cell",
-                     "share_b", "share_p", *LINK, "bits")  # fmt: skip
-            self._search_columns = (a, tuple(a[f] for f in names),
-                                    (_DONE, *(a[f] for f in ("start", "block", "coherence",
-                                                             "deadline"))))  # fmt: skip
-        _, rows, refreshed = self._search_columns
         _, stations, table, table_stamp, _ = self._gains  # type: ignore[misc]
         return search(queue.key, queue.row, queue.stamp, queue.size, a["stamp"], slots.alive,
                       slots.up, a["at"], self.logs[False].n, a["done_at"], a["key"], limit,
                       _FIRST, stations, table, table_stamp, self._tick,
                       self._co_matrix(self._cell_bound()), self._width(), log.t, log.tx,
-                      log.sign, log.cell, log.n, t, *rows, *refreshed)  # fmt: skip
+                      log.sign, log.cell, log.n, t, *self._row_columns(_SEARCHED))  # fmt: skip
 
     def _horizon(self, t: float, limit: float) -> float:
         return self._next_event(t, self._next_motion(t, limit))

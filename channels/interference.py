@@ -121,7 +121,7 @@ class Interference:
         assert self.serving is not None
         self.serving[client] = target
         if self._tx_cells is not None:  # its uplink's cell
-            self._tx_cells[self._index[id(self.uplink_of[client])]] = target
+            self._tx_cells[self._uplinks()[client]] = target
 
     def _serve_all(self, clients: np.ndarray, targets: np.ndarray) -> None:
         """:meth:`_serve` for each of ``clients`` in turn (a client listed twice ends at its
@@ -232,8 +232,8 @@ class Interference:
         cost. A row holds one transmitter's gains to every station side by side: a tick
         fills and reads ~1,000 rows of a table of 100,000 (station-major, each gain was a
         cache line of its own)."""
-        key = (len(self._stations), len(self._power()))
-        if self._gains is None or self._gains[0] != key:  # allocated once, columns stamped
+        if not self._gains_current():  # allocated once, rows stamped
+            key = (len(self._stations), len(self._power()))
             cells = np.array(sorted(self._stations), dtype=np.int64)
             xy = np.array([self._stations[c] for c in cells.tolist()]).reshape(-1, 2)
             self._gains = (key, cells, np.empty((key[1], len(cells))), np.full(key[1], -2), xy)
@@ -244,6 +244,11 @@ class Interference:
             g = self.gain_of_squared(kernels.squared_distances(*self._tx_xy(missing), xy))
             kernels.fill_rows(table, missing, g, self._power())
         return cells, table
+
+    def _gains_current(self) -> bool:
+        """Whether the stations' gain table is for the stations and transmitters there are."""
+        return self._gains is not None and self._gains[0] == (len(self._stations),
+                                                               len(self._power()))  # fmt: skip
 
     def _at_stations(
         self, rx_cell: np.ndarray, band: np.ndarray, senders: np.ndarray, cell: np.ndarray,
@@ -263,7 +268,10 @@ class Interference:
         return self._prefix_sums(stations, which, band, senders, cell[senders], co, gains)
 
     def _in_band_order(self, senders: np.ndarray) -> np.ndarray:
-        """``senders`` sorted by band (stable)."""
+        """Uplinks ``senders`` (in order) sorted by band (stable): as they are when every
+        uplink has one band."""
+        if self._uplink_band is not None:
+            return senders
         width = self._width()
         if 8 * len(senders) < len(width):  # few on the air: sort them
             return senders[np.argsort(width[senders], kind="stable")]

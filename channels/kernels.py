@@ -17,6 +17,9 @@ import math
 import numpy as np
 from numba import njit
 
+NO_CAP = np.zeros(0)
+""":func:`refresh`'s ``cap`` when the rates have none."""
+
 
 @njit(cache=True)
 def link_rate(
