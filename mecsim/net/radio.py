@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 import simpy
+from simpy.core import URGENT
 
 from mecsim.channels.sharing import (
     PermanentOutage,
@@ -299,11 +300,26 @@ class MediumRadio(_Events):
             if busy:
                 raise ConfigError("network.min_snr_db", str(PermanentOutage(busy)))
             return
-        self.env.process(self._wake(self._generation, at))
+        self._arm(self._generation, at)
 
-    def _wake(self, generation: int, at: float) -> Generator[simpy.Event, Any, None]:
+    def _arm(self, generation: int, at: float) -> None:
+        """Wake at ``at`` for plan ``generation``: the steps of a process that sleeps until
+        then (an urgent event now, at which the sleep starts, so events at equal times keep
+        the order a process gives them), as callbacks: a generator per plan cost more than
+        the plan at every change point."""
+        start = simpy.Event(self.env)
+        start._ok, start._value = True, None
+        start.callbacks.append(lambda _: self._sleep(generation, at))  # type: ignore[union-attr]
+        self.env.schedule(start, URGENT)
+
+    def _sleep(self, generation: int, at: float) -> None:
         if at > self.env.now:
-            yield self.env.timeout(at - self.env.now)
+            timeout = self.env.timeout(at - self.env.now)
+            timeout.callbacks.append(lambda _: self._wake(generation))  # type: ignore[union-attr]
+        else:
+            self._wake(generation)
+
+    def _wake(self, generation: int) -> None:
         if generation != self._generation:
             return
         self._sync()
