@@ -67,8 +67,12 @@ class EventMedium(Medium, Pieces):
         self.logs = {True: Log(), False: Log()}
         self._spent_at = np.zeros(0)
         """When each transmitter's energy (``_energy``) was last brought up to date."""
-        self._on_air = {True: np.zeros(0, dtype=np.int64), False: np.zeros(0, dtype=np.int64)}
-        """The transmitters on the air per direction, sorted (new arrays at each change)."""
+        self._air = {True: np.zeros(0, dtype=bool), False: np.zeros(0, dtype=bool)}
+        """Per direction, whether each transmitter is on the air."""
+        self._air_count = {True: 0, False: 0}
+        """Per direction, how many transmitters are on the air."""
+        self._air_list: dict[bool, tuple[int, np.ndarray]] = {}
+        """Per direction, (the version it was taken at, the transmitters on the air)."""
         self._on_cell = np.zeros(0, dtype=np.int64)
         """The cell each transmitter was in when it turned on."""
         self._version = 0
@@ -87,10 +91,20 @@ class EventMedium(Medium, Pieces):
         self._spent_at = np.concatenate([self._spent_at, np.full(len(placed), self.now)])
         cells = np.array([site.cell for _, site in placed], dtype=np.int64)
         self._on_cell = np.concatenate([self._on_cell, cells])
+        self._air = {up: np.concatenate([on, np.zeros(len(placed), dtype=bool)])
+                     for up, on in self._air.items()}  # fmt: skip
         return super().add_all(placed)
 
     def _senders(self, up: bool) -> np.ndarray:
-        return self._on_air[up]
+        return self._on_air(up)
+
+    def _on_air(self, up: bool) -> np.ndarray:
+        """The transmitters of direction ``up`` on the air, in order (taken from the mask
+        once per change: a start or end only flips its entry)."""
+        taken = self._air_list.get(up)
+        if taken is None or taken[0] != self._version:
+            taken = self._air_list[up] = (self._version, np.flatnonzero(self._air[up]))
+        return taken[1]
 
     def _at_stations(
         self, rx_cell: np.ndarray, band: np.ndarray, senders: np.ndarray, cell: np.ndarray,
@@ -108,7 +122,7 @@ class EventMedium(Medium, Pieces):
             self._station_gains(_NONE)  # a gain table for the stations there are now
         board = self._board
         if board is None or not board.holds(self._tick, self._gains, log.n):
-            senders = self._in_band_order(self._on_air[True])
+            senders = self._in_band_order(self._on_air(True))
             stations, gains = self._station_gains(senders)
             width = self._width()[senders]
             full, scaled = kernels.station_tables(stations, senders, width,
@@ -141,16 +155,15 @@ class EventMedium(Medium, Pieces):
         self.active_count[x] = before + change
         self._version += 1
         up = bool(self._sites()[3][x])
-        on = self._on_air[up]
         if before == 0:
             self._on_cell[x] = int(self._cells()[x])
             self.logs[up].append(self.now, x, 1.0, int(self._on_cell[x]))
-            i = int(np.searchsorted(on, x))
-            self._on_air[up] = np.concatenate((on[:i], np.array([x]), on[i:]))
+            self._air[up][x] = True
+            self._air_count[up] += 1
         elif before + change == 0:
             self.logs[up].append(self.now, x, -1.0, int(self._on_cell[x]))
-            i = int(np.searchsorted(on, x))
-            self._on_air[up] = np.concatenate((on[:i], on[i + 1 :]))
+            self._air[up][x] = False
+            self._air_count[up] -= 1
         if len(rows):
             a = self.slots.a
             a["share_b"][rows] = self._width()[x] / (before + change)
@@ -398,5 +411,6 @@ class EventMedium(Medium, Pieces):
         twin.logs = {up: log.copy() for up, log in self.logs.items()}
         twin._next, twin._queue = None, self._queue.copy()
         twin._spent_at, twin._on_cell = self._spent_at.copy(), self._on_cell.copy()
-        twin._on_air = dict(self._on_air)  # its arrays are replaced, never written
+        twin._air = {up: on.copy() for up, on in self._air.items()}
+        twin._air_list, twin._air_count = dict(self._air_list), dict(self._air_count)  # its arrays are replaced, never written
         return twin

@@ -32,9 +32,12 @@ class Pieces:
     gain: Callable[[np.ndarray], np.ndarray]
     gain_of_squared: Callable[[np.ndarray], np.ndarray]
     _on_cell: np.ndarray
-    _on_air: dict[bool, np.ndarray]
+    _air_count: dict[bool, int]
 
     def _width(self) -> np.ndarray:
+        raise NotImplementedError
+
+    def _on_air(self, up: bool) -> np.ndarray:
         raise NotImplementedError
 
     def _power(self) -> np.ndarray:
@@ -144,12 +147,12 @@ class Pieces:
         a = self.slots.a
         if len(rows) > 16:
             return self._heard(a["share_b"][rows], rows)
-        if len(rows) == 1 and self.slots.up[rows[0]] and len(self._on_air[True]):  # a start
+        if len(rows) == 1 and self.slots.up[rows[0]] and self._air_count[True]:  # a start
             return self._uplinks_heard(a["rx_cell"][rows], a["share_b"][rows])
         heard = np.zeros(len(rows))
         for up in (True, False):
             mine = np.flatnonzero(self.slots.up[rows] == up)
-            senders = self._on_air[up]
+            senders = self._on_air(up)
             if not len(mine) or not len(senders):
                 continue
             band = a["share_b"][rows[mine]]
