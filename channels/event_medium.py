@@ -122,14 +122,12 @@ class EventMedium(Medium, Pieces):
             self._station_gains(_NONE)  # a gain table for the stations there are now
         board = self._board
         if board is None or not board.holds(self._tick, self._gains, log.n):
-            senders = self._in_band_order(self._on_air(True))
+            senders = self._in_band_order(self._on_air(True), self._air[True])
             stations, gains = self._station_gains(senders)
-            width = self._width()[senders]
-            full, scaled = kernels.station_tables(stations, senders, width,
-                                                  self._on_cell[senders], co, gains)  # fmt: skip
-            bands, counts = np.unique(width, return_counts=True)
-            board = self._board = StationBoard(self._tick, self._gains, log.n, width, bands,
-                                               np.cumsum(counts), full, scaled)  # fmt: skip
+            full, scaled, bands, ends = kernels.station_tables(
+                stations, senders, self._width(), self._on_cell, co, gains)  # fmt: skip
+            board = self._board = StationBoard(self._tick, self._gains, log.n, len(senders),
+                                               bands, ends, full, scaled)  # fmt: skip
         stations, gains = self._station_gains(log.tx[board.first : log.n])
         return kernels.station_heard(
             np.searchsorted(stations, rx_cell), rx_cell, band, board.bands, board.ends, board.full,
@@ -412,5 +410,8 @@ class EventMedium(Medium, Pieces):
         twin._next, twin._queue = None, self._queue.copy()
         twin._spent_at, twin._on_cell = self._spent_at.copy(), self._on_cell.copy()
         twin._air = {up: on.copy() for up, on in self._air.items()}
-        twin._air_list, twin._air_count = dict(self._air_list), dict(self._air_count)  # its arrays are replaced, never written
+        twin._air_list, twin._air_count = (
+            dict(self._air_list),
+            dict(self._air_count),
+        )  # its arrays are replaced, never written
         return twin

@@ -267,17 +267,19 @@ class Interference:
         senders = self._in_band_order(senders)
         return self._prefix_sums(stations, which, band, senders, cell[senders], co, gains)
 
-    def _in_band_order(self, senders: np.ndarray) -> np.ndarray:
-        """Uplinks ``senders`` (in order) sorted by band (stable): as they are when every
-        uplink has one band."""
+    def _in_band_order(self, senders: np.ndarray, on: np.ndarray | None = None) -> np.ndarray:
+        """Uplinks ``senders`` (in order; ``on``: the same as a mask over the transmitters, if
+        the caller has it) sorted by band (stable): as they are when every uplink has one
+        band."""
         if self._uplink_band is not None:
             return senders
         width = self._width()
         if 8 * len(senders) < len(width):  # few on the air: sort them
             return senders[np.argsort(width[senders], kind="stable")]
-        chosen = np.zeros(len(width), dtype=bool)  # many: pick them out of every transmitter
-        chosen[senders] = True
-        return self._by_band()[chosen[self._by_band()]]
+        if on is None:  # many: pick them out of every transmitter
+            on = np.zeros(len(width), dtype=bool)
+            on[senders] = True
+        return self._by_band()[on[self._by_band()]]
 
     def _prefix_sums(
         self, stations: np.ndarray, which: np.ndarray, band: np.ndarray, senders: np.ndarray,

@@ -122,24 +122,32 @@ def rows_where(alive: np.ndarray, column: np.ndarray, value: int) -> np.ndarray:
 
 @njit(cache=True)
 def station_tables(
-    stations: np.ndarray, senders: np.ndarray, widths: np.ndarray, sender_cell: np.ndarray,
+    stations: np.ndarray, senders: np.ndarray, width: np.ndarray, cell: np.ndarray,
     co: np.ndarray, gains: np.ndarray,
-) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
-    """Per base station (a column of ``gains``, in cell ``stations[s]``), prefix sums of ``P h``
-    and of ``P h / B`` over ``senders`` sorted by band (``widths``), zero for a sender of a
-    cell not co-channel with the station's (``Interference._prefix_sums``' arithmetic)."""
-    m = len(senders)
-    full = np.zeros((len(stations), m + 1))
-    scaled = np.zeros((len(stations), m + 1))
-    for s in range(len(stations)):
-        total = per_hz = 0.0
-        for j in range(m):
-            g = gains[senders[j], s] * (1.0 if co[stations[s], sender_cell[j]] else 0.0)
-            total += g
-            per_hz += g / widths[j]
-            full[s, j + 1] = total
-            scaled[s, j + 1] = per_hz
-    return full, scaled
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
+    """Prefix sums of ``P h`` (``full``) and of ``P h / B`` (``scaled``), [sender + 1 x
+    station], over ``senders`` sorted by band (``width[x]``), per base station (a column of
+    ``gains``, in cell ``stations[s]``), zero for a sender of a cell (``cell[x]``) not
+    co-channel with the station's (``Interference._prefix_sums``' arithmetic); and the
+    senders' distinct ``bands`` with ``ends``, how many senders hold each or a narrower one.
+    A sender's gains to every station are read side by side (one row of ``gains``)."""
+    m, k = len(senders), len(stations)
+    full, scaled = np.zeros((m + 1, k)), np.zeros((m + 1, k))
+    bands, ends = np.empty(m), np.empty(m, dtype=np.int64)
+    distinct = 0
+    for j in range(m):
+        x = senders[j]
+        b = width[x]
+        if distinct and bands[distinct - 1] == b:
+            ends[distinct - 1] = j + 1
+        else:
+            bands[distinct], ends[distinct] = b, j + 1
+            distinct += 1
+        for s in range(k):
+            g = gains[x, s] * (1.0 if co[stations[s], cell[x]] else 0.0)
+            full[j + 1, s] = full[j, s] + g
+            scaled[j + 1, s] = scaled[j, s] + g / b
+    return full, scaled, bands[:distinct], ends[:distinct]
 
 
 @njit(cache=True)
@@ -150,18 +158,18 @@ def station_heard(
     first: int, n: int,
 ) -> np.ndarray:  # fmt: skip
     """Uplink interference of receptions decoded at base station ``which`` (a column of
-    ``gains``, a row of the :func:`station_tables`, in cell ``rx_cell``) holding ``band``: the
+    ``gains``, a column of the :func:`station_tables`, in cell ``rx_cell``) holding ``band``: the
     tables' senders of band <= b counted fully and the wider ones by b / B, plus events
     ``first`` to ``n - 1`` of the log since the tables (``P h min(1, b / B)``, + on, - off).
     The senders' distinct ``bands`` (sorted) and ``ends`` (how many senders hold each band
     or a narrower one) find the senders of band <= b in a search over a few bands."""
-    m = full.shape[1] - 1
+    m = full.shape[0] - 1
     out = np.empty(len(which))
     for i in range(len(which)):
         w, b = which[i], band[i]
         j = np.searchsorted(bands, b, side="right")
         k = ends[j - 1] if j > 0 else 0
-        h = full[w, k] + b * (scaled[w, m] - scaled[w, k])
+        h = full[k, w] + b * (scaled[m, w] - scaled[k, w])
         for e in range(first, n):
             if co[rx_cell[i], ev_cell[e]]:
                 x = ev_tx[e]

@@ -35,20 +35,20 @@ class StationBoard:
     """The stations' gain table the sums were read from (``Interference._gains``)."""
     first: int
     """Events of the uplink log counted in the sums."""
-    widths: np.ndarray
-    """The senders' bands, sorted."""
+    senders: int
+    """How many uplinks were on the air."""
     bands: np.ndarray
-    """The distinct ``widths``."""
+    """Their distinct bands, sorted."""
     ends: np.ndarray
     """How many senders hold each of ``bands`` or a narrower one."""
     full: np.ndarray
-    """[station x sender + 1] prefix sums of ``P h``."""
+    """[sender + 1 x station] prefix sums of ``P h``."""
     scaled: np.ndarray
-    """[station x sender + 1] prefix sums of ``P h / B``."""
+    """[sender + 1 x station] prefix sums of ``P h / B``."""
 
     def holds(self, tick: int, table: tuple | None, n: int) -> bool:
         """Whether the board answers for ``tick``, gain ``table`` and a log of ``n``
         events."""
         since = n - self.first
         return (self.tick == tick and self.table is table
-                and 0 <= since <= SLACK + len(self.widths) // 8)  # fmt: skip
+                and 0 <= since <= SLACK + self.senders // 8)  # fmt: skip

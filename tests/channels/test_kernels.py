@@ -90,12 +90,13 @@ def test_station_tables_and_the_log_since_give_each_reception_its_direct_sum():
     which, band = np.array([0, 1, 2, 1]), np.array([B / 2, B, 3 * B, 0.7 * B])
     for first, n in ((0, 0), (0, 2), (0, 4), (2, 4)):  # tables after `first` events
         senders = np.array(sorted(after[first], key=lambda x: width[x]))  # band order, stable
-        full, scaled = kernels.station_tables(stations, senders, width[senders], cells[senders],
-                                              co, gains)  # fmt: skip
-        bands, counts = np.unique(width[senders], return_counts=True)
-        heard = kernels.station_heard(which, stations[which], band, bands, np.cumsum(counts),
-                                      full, scaled, gains, co, width, ev_tx, ev_sign,
-                                      cells[ev_tx], first, n)  # fmt: skip
+        full, scaled, bands, ends = kernels.station_tables(stations, senders, width, cells, co,
+                                                           gains)  # fmt: skip
+        distinct, counts = np.unique(width[senders], return_counts=True)
+        assert list(bands) == list(distinct) and list(ends) == list(np.cumsum(counts))
+        heard = kernels.station_heard(which, stations[which], band, bands, ends, full, scaled,
+                                      gains, co, width, ev_tx, ev_sign, cells[ev_tx], first,
+                                      n)  # fmt: skip
         for i, (w, b) in enumerate(zip(which, band, strict=True)):
             expected = sum(gains[x, w] * min(1.0, b / width[x])
                            for x in after[n] if co[stations[w], cells[x]])  # fmt: skip

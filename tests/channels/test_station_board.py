@@ -9,9 +9,10 @@ from mecsim.channels.station_board import SLACK, StationBoard
 
 def board(senders: int, first: int = 10) -> tuple[StationBoard, tuple]:
     table = ("key", np.zeros(2))
-    zeros = np.zeros((3, senders + 1))
-    ones = np.ones(senders)
-    return StationBoard(4, table, first, ones, ones[:1], np.array([senders]), zeros, zeros), table
+    zeros = np.zeros((senders + 1, 3))
+    return StationBoard(
+        4, table, first, senders, np.ones(1), np.array([senders]), zeros, zeros
+    ), table
 
 
 def test_a_board_answers_for_its_tick_and_table_up_to_its_slack_of_events():
@@ -59,7 +60,7 @@ def test_each_start_hears_the_direct_sum_over_the_senders_on_the_air_through_man
         a = medium.slots.a
         co = medium._co_matrix(medium._cell_bound())
         expected = Interference._at_stations(
-            medium, a["rx_cell"][[row]], a["share_b"][[row]], medium._on_air[True],
+            medium, a["rx_cell"][[row]], a["share_b"][[row]], medium._on_air(True),
             medium._cells(), co,
         )[0]  # fmt: skip
         assert math.isclose(a["heard"][row], expected, rel_tol=1e-12, abs_tol=1e-30)
