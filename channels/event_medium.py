@@ -29,6 +29,7 @@ medium's to rounding (``tests/net/test_event_medium_runs.py`` runs both).
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -170,24 +171,29 @@ class EventMedium(Medium, Pieces):
             self._refresh(rows, self.now)
 
     def _add_slots(self, tr: int, transmission: Transmission, receptions: list[Reception]) -> None:
-        via = transmission.via
-        assert via is not None
-        site = self.site(via)
-        rx = [self.receiver(site, r) for r in receptions]
-        if site.direction == "up" and receptions and site.cell not in self._stations:
-            self._stations[site.cell] = rx[0]
+        x = self._tr_tx[tr]
+        up, cell = bool(self._sites()[3][x]), int(self._cells()[x])
+        if self.motion is None:
+            site = self.site(transmission.via)  # type: ignore[arg-type]
+            rx = [self.receiver(site, r) for r in receptions]
+            if up and receptions and cell not in self._stations:
+                self._stations[cell] = rx[0]
+        else:  # placed by _aim below
+            rx = [(math.nan, math.nan)] * len(receptions)
         self._tr_open[tr] += len(receptions)
         if not receptions:
             return
         self._version += 1
-        x, up, a = self._tr_tx[tr], site.direction == "up", self.slots.a
+        a = self.slots.a
         if transmission.worst:  # the group's rows share one anchor
             group = kernels.rows_where(self.slots.live, a["tr"], tr)
             if len(group):  # refreshed with the new rows
                 self._evaluate(group, self.now, refresh=False)
         n = int(self.active_count[x])
-        columns: dict[str, object] = dict(fluid.reception_fields(receptions, rx, self.now))
-        columns.update(tx=x, tr=tr, up=up, worst=transmission.worst, rx_cell=site.cell,
+        columns: dict[str, object] = dict(
+            fluid.reception_row(receptions[0], *rx[0], self.now)  # one: scalars, as Rows takes
+            if len(receptions) == 1 else fluid.reception_fields(receptions, rx, self.now))  # fmt: skip
+        columns.update(tx=x, tr=tr, up=up, worst=transmission.worst, rx_cell=cell,
                        at=self.logs[up].n, anchor=self.now, share_b=self._width()[x] / n,
                        share_p=self._power()[x] / n)  # fmt: skip
         rows = self.slots.add(receptions, columns)

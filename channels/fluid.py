@@ -28,34 +28,33 @@ FIELDS = ("remaining", "bits", "sinr_time", "start", "deadline", "coherence", "b
 INTS = ("tx", "tr", "client")
 
 
+def reception_row(r: Reception, x: float, y: float, now: float) -> dict[str, float]:
+    """Reception ``r``'s columns of :data:`FIELDS` (and ``client``), decoded at (``x``,
+    ``y``), from ``now`` (a resumed reception's fading block catches up)."""
+    budget, track = r.rate, r.track
+    coherence = track.coherence_s
+    if coherence < math.inf:
+        r.block = max(r.block, math.floor((now - r.start) / coherence))
+    se = budget.spectral_efficiency  # type: ignore[attr-defined]
+    return {
+        "remaining": r.remaining, "bits": r.bits, "sinr_time": r.sinr_time, "start": r.start,
+        "deadline": r.deadline, "coherence": coherence, "block": r.block,
+        "min_sinr": r.min_sinr, "path_gain": budget.path_gain,  # type: ignore[attr-defined]
+        "noise_psd": budget.noise_psd_w_hz + budget.interference_psd_w_hz,  # type: ignore[attr-defined]
+        "interference_w": budget.interference_w,  # type: ignore[attr-defined]
+        "fade": track.gain(r.block), "efficiency": math.nan if se is None else se,
+        "rx": x, "ry": y, "client": r.client,
+    }  # fmt: skip
+
+
 def reception_fields(
     receptions: list[Reception], rx: list[tuple[float, float]], now: float
 ) -> dict[str, list]:
-    """Each reception's columns of :data:`FIELDS` (and ``client``), decoded at ``rx``, from
-    ``now`` (a resumed reception's fading block catches up)."""
+    """:func:`reception_row` of each reception, as a list per column."""
     rows: dict[str, list] = {f: [] for f in (*FIELDS, "client")}
     for r, (x, y) in zip(receptions, rx, strict=True):
-        budget, track = r.rate, r.track
-        coherence = track.coherence_s
-        if coherence < math.inf:
-            r.block = max(r.block, math.floor((now - r.start) / coherence))
-        rows["remaining"].append(r.remaining)
-        rows["bits"].append(r.bits)
-        rows["sinr_time"].append(r.sinr_time)
-        rows["start"].append(r.start)
-        rows["deadline"].append(r.deadline)
-        rows["coherence"].append(coherence)
-        rows["block"].append(r.block)
-        rows["min_sinr"].append(r.min_sinr)
-        rows["path_gain"].append(budget.path_gain)  # type: ignore[attr-defined]
-        rows["noise_psd"].append(budget.noise_psd_w_hz + budget.interference_psd_w_hz)  # type: ignore[attr-defined]
-        rows["interference_w"].append(budget.interference_w)  # type: ignore[attr-defined]
-        rows["fade"].append(track.gain(r.block))
-        se = budget.spectral_efficiency  # type: ignore[attr-defined]
-        rows["efficiency"].append(math.nan if se is None else se)
-        rows["rx"].append(x)
-        rows["ry"].append(y)
-        rows["client"].append(r.client)
+        for f, value in reception_row(r, x, y, now).items():
+            rows[f].append(value)
     return rows
 
 

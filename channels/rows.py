@@ -86,14 +86,16 @@ class Rows:
         if n:
             self.high = max(self.high, int(rows.max()) + 1)
         one = int(rows[0]) if n == 1 else -1  # one row: scalar stores, no fancy indexing
+        a = self.a
         for f, values in columns.items():
-            column = getattr(self, f) if f in ("up", "worst") else self.a[f]
+            column = a[f] if f in a else getattr(self, f)
             if one < 0:
                 column[rows] = values
             else:
                 column[one] = values[0] if isinstance(values, list | np.ndarray) else values
         self.alive[rows] = True
-        self.any_worst = self.any_worst or bool(np.any(columns.get("worst", False)))
+        worst = columns.get("worst", False)
+        self.any_worst = self.any_worst or (bool(np.any(worst)) if worst is not False else False)
         for i, r in zip(rows.tolist(), receptions, strict=True):
             self.objects[i] = r
         self.count += n
