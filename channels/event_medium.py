@@ -379,11 +379,8 @@ class EventMedium(Medium, Pieces):
         touches nothing a busy client's reads, so the idle ones are served together)."""
         if not handovers:
             return
-        a = self.slots.a
         clients = np.array([h.client for h in handovers])
-        live = self.slots.live
-        column = a["client"][: len(live)]
-        busy = set(column[live & np.isin(column, clients)].tolist())
+        busy = set(clients[self.slots.open_of(clients) > 0].tolist())
         for h in handovers:
             if h.client in busy:
                 self._hand_over(h.client, h.target, h.t)

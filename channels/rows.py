@@ -52,6 +52,8 @@ class Rows:
         self.high = 0
         """One more than the highest open row: scans stop there (:attr:`live`)."""
         self.count = 0
+        self._per_client = np.zeros(0, dtype=np.int64)
+        """Open rows per client (grown to the highest client seen)."""
 
     def __len__(self) -> int:
         return self.count
@@ -99,7 +101,22 @@ class Rows:
         for i, r in zip(rows.tolist(), receptions, strict=True):
             self.objects[i] = r
         self.count += n
+        clients = self.a["client"][rows]
+        if n and int(clients.max()) >= len(self._per_client):
+            grown = np.zeros(2 * int(clients.max()) + 1, dtype=np.int64)
+            grown[: len(self._per_client)] = self._per_client
+            self._per_client = grown
+        if one < 0:
+            np.add.at(self._per_client, clients, 1)
+        else:
+            self._per_client[clients[0]] += 1
         return rows
+
+    def open_of(self, clients: np.ndarray) -> np.ndarray:
+        """How many open rows each of ``clients`` has."""
+        counts = self._per_client
+        inside = clients < len(counts)
+        return np.where(inside, counts[np.where(inside, clients, 0)], 0)
 
     def write_back(self, rows: np.ndarray) -> None:
         """Copy the rows' progress into their reception objects."""
@@ -116,6 +133,10 @@ class Rows:
         self.write_back(rows)
         gone = [self.objects[i] for i in rows.tolist()]
         self.alive[rows] = False
+        if len(rows) == 1:
+            self._per_client[self.a["client"][rows[0]]] -= 1
+        else:
+            np.subtract.at(self._per_client, self.a["client"][rows], 1)
         for i in rows.tolist():
             self.objects[i] = None
             heapq.heappush(self.free, i)
@@ -133,6 +154,7 @@ class Rows:
         twin.any_worst = self.any_worst
         twin.objects = [None if r is None else copy.copy(r) for r in self.objects]
         twin.free, twin.count, twin.high = list(self.free), self.count, self.high
+        twin._per_client = self._per_client.copy()
         twins = {id(r): c for r, c in zip(self.objects, twin.objects, strict=True) if r is not None}
         return twin, twins  # type: ignore[return-value]
 

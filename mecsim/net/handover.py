@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import bisect
 import math
+import operator
 from itertools import repeat
 from typing import NamedTuple
 
@@ -49,6 +50,9 @@ class Handover(NamedTuple):
     client: int
     source: int
     target: int
+
+
+_TIME = operator.attrgetter("t")
 
 
 class HandoverSchedule:
@@ -184,12 +188,12 @@ class HandoverSchedule:
         """The cell serving ``client`` at ``t`` (the target of a handover at ``t``)."""
         self.advance(t)
         own = self._by_client.get(client, [])
-        k = bisect.bisect_right([h.t for h in own], t)
+        k = bisect.bisect_right(own, t, key=_TIME)
         return own[k - 1].target if k else int(self._initial[client])
 
     def interrupted(self, client: int, t: float) -> bool:
         """Whether ``client`` is in a handover's break at ``t``."""
         self.advance(t)
         own = self._by_client.get(client, [])
-        k = bisect.bisect_right([h.t for h in own], t)
+        k = bisect.bisect_right(own, t, key=_TIME)
         return bool(k) and t < own[k - 1].t + self.interruption_s

@@ -29,3 +29,20 @@ def test_closed_rows_are_reused_lowest_first_and_the_live_view_ends_at_the_highe
     assert rows.high == 0 and len(rows.live) == 0
     twin, _ = rows.copy()
     assert twin.add(receptions(1), {"client": [5]}).tolist() == [0] and rows.high == 0
+
+
+def test_open_rows_per_client_follow_adds_and_removes_one_and_many_at_a_time():
+    rng = np.random.default_rng(3)
+    rows = Rows(2)
+    for _ in range(200):
+        live = rows.index()
+        if len(live) and rng.random() < 0.45:
+            rows.remove(rng.choice(live, size=int(rng.integers(1, min(3, len(live)) + 1)),
+                                   replace=False))  # fmt: skip
+        else:
+            n = int(rng.integers(1, 4))
+            clients = rng.integers(0, 40, size=n)
+            rows.add(receptions(n), {"client": clients[0] if n == 1 else clients.tolist()})
+        asked = np.arange(60)  # clients past the highest seen have none
+        direct = [int(np.sum(rows.a["client"][rows.index()] == c)) for c in asked]
+        assert rows.open_of(asked).tolist() == direct
