@@ -84,10 +84,10 @@ class Rows:
         n = len(receptions)
         if len(self.free) < n:
             self._grow(n - len(self.free))
-        rows = np.array([heapq.heappop(self.free) for _ in range(n)], dtype=np.int64)
-        if n:
-            self.high = max(self.high, int(rows.max()) + 1)
-        one = int(rows[0]) if n == 1 else -1  # one row: scalar stores, no fancy indexing
+        taken = [heapq.heappop(self.free) for _ in range(n)]
+        rows = np.array(taken, dtype=np.int64)
+        self.high = max(self.high, max(taken, default=-1) + 1)
+        one = taken[0] if n == 1 else -1  # one row: scalar stores, no fancy indexing
         a = self.a
         for f, values in columns.items():
             column = a[f] if f in a else getattr(self, f)
@@ -98,19 +98,20 @@ class Rows:
         self.alive[rows] = True
         worst = columns.get("worst", False)
         self.any_worst = self.any_worst or (bool(np.any(worst)) if worst is not False else False)
-        for i, r in zip(rows.tolist(), receptions, strict=True):
+        for i, r in zip(taken, receptions, strict=True):
             self.objects[i] = r
         self.count += n
-        clients = self.a["client"][rows]
-        if n and int(clients.max()) >= len(self._per_client):
-            grown = np.zeros(2 * int(clients.max()) + 1, dtype=np.int64)
+        self._count_clients(a["client"][rows].tolist(), 1)
+        return rows
+
+    def _count_clients(self, clients: list[int], change: int) -> None:
+        """``change`` the open rows of each of ``clients`` (grown to the highest client)."""
+        if clients and max(clients) >= len(self._per_client):
+            grown = np.zeros(2 * max(clients) + 1, dtype=np.int64)
             grown[: len(self._per_client)] = self._per_client
             self._per_client = grown
-        if one < 0:
-            np.add.at(self._per_client, clients, 1)
-        else:
-            self._per_client[clients[0]] += 1
-        return rows
+        for c in clients:
+            self._per_client[c] += change
 
     def open_of(self, clients: np.ndarray) -> np.ndarray:
         """How many open rows each of ``clients`` has."""
@@ -133,10 +134,7 @@ class Rows:
         self.write_back(rows)
         gone = [self.objects[i] for i in rows.tolist()]
         self.alive[rows] = False
-        if len(rows) == 1:
-            self._per_client[self.a["client"][rows[0]]] -= 1
-        else:
-            np.subtract.at(self._per_client, self.a["client"][rows], 1)
+        self._count_clients(self.a["client"][rows].tolist(), -1)
         for i in rows.tolist():
             self.objects[i] = None
             heapq.heappush(self.free, i)
