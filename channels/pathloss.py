@@ -43,6 +43,16 @@ class LogDistancePathLoss:
         the same arithmetic without the check, which costs more than a few gains."""
         return db_to_linear(self.constant_db) * (distance_m / self.reference_m) ** -self.exponent
 
+    def squared_form(self) -> tuple[float, float, int] | None:
+        """(scale, reference_m^2, exponent / 2) when the exponent is an even integer from 2
+        to 8: :meth:`gain_of_squared` is then ``scale / ratio^half`` in products, which a
+        compiled loop repeats to the bit (None otherwise: a power, which numpy's SIMD
+        kernels and the C library round differently)."""
+        half = 0.5 * self.exponent
+        if half != int(half) or not 1 <= half <= 4:
+            return None
+        return db_to_linear(self.constant_db), self.reference_m**2, int(half)
+
     def gain_of_squared(self, squared_m2: np.ndarray) -> np.ndarray:
         """:meth:`gain` at distances given squared (m^2, > 0), unchecked: one power, no
         square root (the hot path of moving clients' geometry)."""

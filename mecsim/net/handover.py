@@ -74,6 +74,7 @@ class HandoverSchedule:
         self.margin = 10 ** (margin_db / 10)
         self.trigger_ticks = math.ceil(time_to_trigger_s / tick_s - 1e-9)
         self._power = np.array([c.tx_power_w for c in cells])
+        self._form = pathloss.squared_form()
         self._stations_xy = np.array([[c.x_m, c.y_m] for c in cells], dtype=float).reshape(-1, 2)
         n = len(initial)
         self.serving = np.asarray(initial, dtype=np.int64).copy()
@@ -81,7 +82,8 @@ class HandoverSchedule:
         self._candidate = np.full(n, -1)
         self._since = np.zeros(n, dtype=np.int64)
         self._busy_until = np.full(n, -math.inf)  # interrupted: no measurements
-        self._next_check = np.zeros(n, dtype=np.int64)  # the next tick that measures it
+        self._next_check = np.full(n, 0 if len(cells) > 1 else MAX_QUIET_TICKS, dtype=np.int64)
+        """The next tick that measures each client (one cell: none, nowhere to hand over to)."""
         self._near = (0, np.arange(n))  # (window end, the clients due before it)
         speed = trajectories.max_speed_mps
         self._reach = None if speed is None or pathloss.exponent <= 0 else speed * tick_s
@@ -109,6 +111,10 @@ class HandoverSchedule:
     def _received(self, squared: np.ndarray) -> np.ndarray:
         """[client x cell] mean received power, W (per W of noise: path gain times the
         cell's power)."""
+        if self._form is not None:  # compiled, the same products
+            from mecsim.net.handover_bound import received  # numba: moving runs only
+
+            return received(squared, self._power, *self._form)
         gain = self.pathloss.gain_of_squared(squared)
         return np.multiply(gain, self._power[None, :], out=gain)
 
@@ -121,7 +127,11 @@ class HandoverSchedule:
             end = k + WINDOW_TICKS
             near = np.flatnonzero(self._next_check < end)
             self._near = (end, near)
-        return near[self._next_check[near] <= k]
+        if not len(near):
+            return near
+        from mecsim.net.handover_bound import due  # numba: moving runs in several cells only
+
+        return due(near, self._next_check, k)
 
     def _evaluate(self, k: int) -> None:
         """Tick ``k``: the due clients measure every cell
@@ -129,8 +139,7 @@ class HandoverSchedule:
         and each client's next measurement set by the module's bound."""
         t = self.tick_time(k)
         clients = self._due(k)
-        if len(self.cells) == 1:  # nowhere to hand over to
-            self._next_check[clients] = MAX_QUIET_TICKS
+        if not len(clients):
             return
         from mecsim.net.handover_bound import measure  # numba: moving runs only
 

@@ -83,3 +83,34 @@ def measure(
             candidate[c] = -1
         watch[i] = stronger or busy_until[c] > t
     return moved[:m], source[:m], target[:m]
+
+
+@njit(cache=True)
+def due(near: np.ndarray, next_check: np.ndarray, k: int) -> np.ndarray:
+    """The clients of ``near`` (in order) whose ``next_check`` is at or before tick ``k``."""
+    out = np.empty(len(near), dtype=np.int64)
+    m = 0
+    for c in near:
+        if next_check[c] <= k:
+            out[m] = c
+            m += 1
+    return out[:m]
+
+
+@njit(cache=True)
+def received(
+    squared: np.ndarray, power: np.ndarray, scale: float, reference2: float, half: int
+) -> np.ndarray:
+    """[client x cell] ``power[c] * scale / (squared / reference2)^half``, the power
+    product by product (``LogDistancePathLoss.gain_of_squared`` and the multiplication by
+    the cells' power, in their order)."""
+    n, cells = squared.shape
+    out = np.empty((n, cells))
+    for i in range(n):
+        for c in range(cells):
+            ratio = squared[i, c] / reference2
+            p = ratio * ratio if half > 1 else ratio
+            for _ in range(half - 2):
+                p = p * ratio
+            out[i, c] = (scale / p) * power[c]
+    return out

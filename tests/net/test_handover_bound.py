@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from mecsim.channels import LogDistancePathLoss
 from mecsim.net.handover import MAX_QUIET_TICKS
-from mecsim.net.handover_bound import measure, quiet_ticks
+from mecsim.net.handover_bound import due, measure, quiet_ticks, received
 
 
 def numpy_bound(squared, serving, ratio, reach, watch):
@@ -84,3 +85,27 @@ def test_a_compiled_tick_hands_over_the_clients_the_numpy_arithmetic_does(trigge
     assert len(expected) > 0 and watch.tolist() == watch_expected.tolist()
     for f in state:
         assert got[f].tolist() == after[f].tolist(), f
+
+
+def test_the_clients_due_are_the_numpy_filter_in_order():
+    rng = np.random.default_rng(4)
+    next_check = rng.integers(0, 40, size=1000)
+    near = np.flatnonzero(next_check < 30)
+    for k in (0, 7, 29, 45):
+        assert due(near, next_check, k).tolist() == near[next_check[near] <= k].tolist()
+
+
+@pytest.mark.parametrize("exponent", [2.0, 4.0, 6.0, 8.0])
+def test_received_power_is_the_path_loss_times_the_cells_power_to_the_bit(exponent):
+    rng = np.random.default_rng(5)
+    pathloss = LogDistancePathLoss(-37.5, 2.0, exponent)
+    squared = rng.uniform(1.0, 3000.0, size=(300, 19)) ** 2
+    power = rng.uniform(1.0, 40.0, size=19)
+    form = pathloss.squared_form()
+    expected = pathloss.gain_of_squared(squared) * power[None, :]
+    assert form is not None and np.array_equal(received(squared, power, *form), expected)
+
+
+@pytest.mark.parametrize("exponent", [3.5, 0.0, 10.0])
+def test_a_power_that_is_not_products_has_no_compiled_form(exponent):
+    assert LogDistancePathLoss(exponent=exponent).squared_form() is None
