@@ -38,6 +38,7 @@ class Interference:
     co_channel: Callable[[int, int], bool]
     gain: Callable[[np.ndarray], np.ndarray]
     gain_of_squared: Callable[[np.ndarray], np.ndarray]
+    gain_form: tuple[float, float, int] | None
     _co: np.ndarray | None
     _gains: tuple | None
     _one_band: tuple[float | None] | None
@@ -240,9 +241,12 @@ class Interference:
         _, cells, table, stamp, xy = self._gains
         missing = compiled().claim(columns, stamp, self._tick)  # each once, now stamped
         if len(missing):
-            kernels = compiled()
-            g = self.gain_of_squared(kernels.squared_distances(*self._tx_xy(missing), xy))
-            kernels.fill_rows(table, missing, g, self._power())
+            kernels, (x, y) = compiled(), self._tx_xy(missing)
+            if self.gain_form is not None:  # the same products, in one compiled pass
+                kernels.fill_gains(table, missing, x, y, xy, self._power(), *self.gain_form)
+            else:
+                g = self.gain_of_squared(kernels.squared_distances(x, y, xy))
+                kernels.fill_rows(table, missing, g, self._power())
         return cells, table
 
     def _gains_current(self) -> bool:

@@ -250,6 +250,32 @@ def fill_rows(table: np.ndarray, rows: np.ndarray, g: np.ndarray, power: np.ndar
 
 
 @njit(cache=True)
+def gain_of_squared(squared: float, scale: float, reference2: float, half: int) -> float:
+    """``LogDistancePathLoss.gain_of_squared`` on a scalar, for an exponent of ``2 half``
+    (``squared_form``): ``scale / (squared / reference2)^half`` in its products."""
+    ratio = squared / reference2
+    power = ratio * ratio if half > 1 else ratio
+    for _ in range(half - 2):
+        power = power * ratio
+    return scale / power
+
+
+@njit(cache=True)
+def fill_gains(
+    table: np.ndarray, rows: np.ndarray, x: np.ndarray, y: np.ndarray, at: np.ndarray,
+    power: np.ndarray, scale: float, reference2: float, half: int,
+) -> None:  # fmt: skip
+    """:func:`squared_distances`, :func:`gain_of_squared` and :func:`fill_rows` in one pass:
+    ``table[rows[j], s]`` the gain from (``x[j]``, ``y[j]``) to ``at[s]`` times
+    ``power[rows[j]]``."""
+    for j in range(len(rows)):
+        for s in range(table.shape[1]):
+            dx, dy = x[j] - at[s, 0], y[j] - at[s, 1]
+            g = gain_of_squared(max(dx * dx + dy * dy, 1e-18), scale, reference2, half)
+            table[rows[j], s] = g * power[rows[j]]
+
+
+@njit(cache=True)
 def aim(
     index: np.ndarray, up: np.ndarray, client: np.ndarray, tx: np.ndarray,
     serving: np.ndarray, stations: np.ndarray, radio_x: np.ndarray, radio_y: np.ndarray,

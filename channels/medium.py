@@ -120,14 +120,15 @@ class Medium(Interference):
         receiver: Receiver,
         motion: Motion | None = None,
         gain_of_squared: Callable[[np.ndarray], np.ndarray] | None = None,
+        gain_form: tuple[float, float, int] | None = None,
     ) -> None:
         self.gain = gain
         """Path gain over distances in m (a numpy array in, an array out)."""
         self.gain_of_squared = gain_of_squared or (lambda squared: gain(np.sqrt(squared)))
         """The same over squared distances (a faster form may be given)."""
-        self.co_channel = co_channel
-        self.receiver = receiver
-        self.motion = motion
+        self.gain_form = gain_form
+        """``gain_of_squared``'s products for compiled loops (``squared_form``), or None."""
+        self.co_channel, self.receiver, self.motion = co_channel, receiver, motion
         self.now = 0.0
         self.transmitters: list[SharedTransmitter] = []
         self.sites: dict[int, Site] = {}

@@ -14,6 +14,8 @@ import math
 import numpy as np
 from numba import njit
 
+from mecsim.channels.kernels import gain_of_squared
+
 
 @njit(cache=True, error_model="numpy")
 def quiet_ticks(
@@ -101,16 +103,12 @@ def due(near: np.ndarray, next_check: np.ndarray, k: int) -> np.ndarray:
 def received(
     squared: np.ndarray, power: np.ndarray, scale: float, reference2: float, half: int
 ) -> np.ndarray:
-    """[client x cell] ``power[c] * scale / (squared / reference2)^half``, the power
-    product by product (``LogDistancePathLoss.gain_of_squared`` and the multiplication by
-    the cells' power, in their order)."""
+    """[client x cell] ``power[c]`` times the path gain at each ``squared`` distance
+    (:func:`~mecsim.channels.kernels.gain_of_squared` of ``LogDistancePathLoss.squared_form``):
+    the numpy path loss and multiplication, in their order."""
     n, cells = squared.shape
     out = np.empty((n, cells))
     for i in range(n):
         for c in range(cells):
-            ratio = squared[i, c] / reference2
-            p = ratio * ratio if half > 1 else ratio
-            for _ in range(half - 2):
-                p = p * ratio
-            out[i, c] = (scale / p) * power[c]
+            out[i, c] = gain_of_squared(squared[i, c], scale, reference2, half) * power[c]
     return out

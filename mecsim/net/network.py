@@ -242,6 +242,7 @@ class Network(ClosedForms, LinkChecks):
             receiver,
             motion,
             self.channel.pathloss.gain_of_squared,
+            self.channel.pathloss.squared_form(),
         )
         self._radios = medium.add_all([
             (SharedTransmitter(c.bandwidth_hz, c.tx_power_w), Site(c.x_m, c.y_m, c.id, "down"))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pytest
 
 from mecsim.channels import kernels
 
@@ -175,3 +176,20 @@ def test_aiming_rows_is_the_stepping_mediums_arithmetic_bit_for_bit():
     assert np.array_equal(rx[rows], np.where(u, fixed_x, cx))
     assert np.array_equal(ry[rows], np.where(u, fixed_y, cy))
     assert np.array_equal(d, np.maximum(np.hypot(fixed_x - cx, fixed_y - cy), 1e-9))
+
+
+@pytest.mark.parametrize("exponent", [2.0, 4.0, 6.0, 8.0])
+def test_station_gains_in_one_pass_are_numpys_to_the_bit(exponent):
+    from mecsim.channels import LogDistancePathLoss
+
+    rng = np.random.default_rng(6)
+    pathloss = LogDistancePathLoss(-35.0, 1.5, exponent)
+    at = rng.uniform(-900, 900, size=(19, 2))  # the stations
+    x, y = rng.uniform(-1200, 1200, size=(2, 400))
+    x[:3], y[:3] = at[:3, 0], at[:3, 1]  # on a station: the 1e-18 m^2 floor
+    rows, power = rng.permutation(1000)[:400], rng.uniform(0.1, 2.0, size=1000)
+    expected, got = np.zeros((1000, 19)), np.zeros((1000, 19))
+    kernels.fill_rows(expected, rows, pathloss.gain_of_squared(kernels.squared_distances(x, y, at)),
+                      power)  # fmt: skip
+    kernels.fill_gains(got, rows, x, y, at, power, *pathloss.squared_form())
+    assert np.array_equal(got, expected)
