@@ -413,8 +413,6 @@ class EventMedium(Medium, Pieces):
         twin._next, twin._queue = None, self._queue.copy()
         twin._spent_at, twin._on_cell = self._spent_at.copy(), self._on_cell.copy()
         twin._air = {up: on.copy() for up, on in self._air.items()}
-        twin._air_list, twin._air_count = (
-            dict(self._air_list),
-            dict(self._air_count),
-        )  # its arrays are replaced, never written
+        twin._air_count = dict(self._air_count)
+        twin._air_list = dict(self._air_list)  # its arrays are replaced, never written
         return twin

@@ -56,12 +56,12 @@ class LogDistancePathLoss:
     def gain_of_squared(self, squared_m2: np.ndarray) -> np.ndarray:
         """:meth:`gain` at distances given squared (m^2, > 0), unchecked: one power, no
         square root (the hot path of moving clients' geometry)."""
-        scale = db_to_linear(self.constant_db)
+        form = self.squared_form()
         ratio = squared_m2 / self.reference_m**2
-        half = 0.5 * self.exponent
-        if half == int(half) and 1 <= half <= 4 and np.ndim(ratio):  # products, not a power
+        if form is not None and np.ndim(ratio):  # products, not a power
+            scale, _, half = form
             power = ratio * ratio if half > 1 else ratio.copy()
-            for _ in range(int(half) - 2):
+            for _ in range(half - 2):
                 np.multiply(power, ratio, out=power)
             return np.divide(scale, power, out=power)
-        return scale * ratio ** (-half)
+        return db_to_linear(self.constant_db) * ratio ** (-0.5 * self.exponent)

@@ -96,8 +96,8 @@ class Rows:
             else:
                 column[one] = values[0] if isinstance(values, list | np.ndarray) else values
         self.alive[rows] = True
-        worst = columns.get("worst", False)
-        self.any_worst = self.any_worst or (bool(np.any(worst)) if worst is not False else False)
+        worst = columns.get("worst", False)  # np.any only when it may be an array
+        self.any_worst = self.any_worst or (worst is not False and bool(np.any(worst)))
         for i, r in zip(taken, receptions, strict=True):
             self.objects[i] = r
         self.count += n

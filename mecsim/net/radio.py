@@ -307,7 +307,7 @@ class MediumRadio(_Events):
         then (an urgent event now, at which the sleep starts, so events at equal times keep
         the order a process gives them), as callbacks: a generator per plan cost more than
         the plan at every change point."""
-        start = simpy.Event(self.env)
+        start = simpy.Event(self.env)  # triggered by hand, as SimPy's Initialize is
         start._ok, start._value = True, None
         start.callbacks.append(lambda _: self._sleep(generation, at))  # type: ignore[union-attr]
         self.env.schedule(start, URGENT)
