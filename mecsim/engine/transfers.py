@@ -277,18 +277,19 @@ class Transfers:
 
     def _record_handovers(self, handovers: list[Handover], break_s: float) -> None:
         """The ``handover`` rows of ``handovers`` (due now), recorded in order when their
-        break ends (each cut off if the run ends first): one timeout for all."""
+        break ends (all cut off if the run ends first): one timeout and one activity for
+        all."""
 
-        def record(h: Handover, end: float, phase: str = "handover") -> None:
-            self.recorder.event(-1, h.client, phase, h.t, end)
+        def record(cut_off: bool) -> None:
+            now, phase = self.env.now, "handover:cutoff" if cut_off else "handover"
+            for h in handovers:
+                self.recorder.event(-1, h.client, phase, h.t, now if cut_off else h.t + break_s)
 
-        tokens = [self._begin(lambda h=h: record(h, self.env.now, "handover:cutoff"))
-                  for h in handovers]  # fmt: skip
+        token = self._begin(lambda: record(cut_off=True))
 
         def over(_: object) -> None:
-            for h, token in zip(handovers, tokens, strict=True):
-                self._end(token)
-                record(h, h.t + break_s)
+            self._end(token)
+            record(cut_off=False)
 
         self.env.timeout(break_s).callbacks.append(over)
 

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import bisect
 import math
-import operator
 from itertools import repeat
 from typing import NamedTuple
 
@@ -50,9 +49,6 @@ class Handover(NamedTuple):
     client: int
     source: int
     target: int
-
-
-_TIME = operator.attrgetter("t")
 
 
 class HandoverSchedule:
@@ -84,7 +80,8 @@ class HandoverSchedule:
         self._busy_until = np.full(n, -math.inf)  # interrupted: no measurements
         self._next_check = np.full(n, 0 if len(cells) > 1 else MAX_QUIET_TICKS, dtype=np.int64)
         """The next tick that measures each client (one cell: none, nowhere to hand over to)."""
-        self._near = (0, np.arange(n))  # (window end, the clients due before it)
+        self._near = (0, np.arange(n), self._next_check.copy())
+        """(window end, the clients due before it, their next checks side by side)."""
         speed = trajectories.max_speed_mps
         self._reach = None if speed is None or pathloss.exponent <= 0 else speed * tick_s
         """How far a client can move in one tick (m); None: measure every client every tick."""
@@ -96,7 +93,10 @@ class HandoverSchedule:
         """Ticks evaluated: the schedule is known for times before ``ticks * tick_s``."""
         self.handovers: list[Handover] = []
         self._times: list[float] = []
-        self._by_client: dict[int, list[Handover]] = {}
+        self._latest = np.full(n, -1, dtype=np.int64)
+        """Each client's latest handover (its index in ``handovers``; -1: none)."""
+        self._earlier: list[int] = []
+        """For each handover, the index of the same client's one before (-1: none)."""
 
     def tick_time(self, k: int) -> float:
         return k * self.tick_s
@@ -118,27 +118,31 @@ class HandoverSchedule:
         gain = self.pathloss.gain_of_squared(squared)
         return np.multiply(gain, self._power[None, :], out=gain)
 
-    def _due(self, k: int) -> np.ndarray:
-        """The clients measured at tick ``k``, in order. Every ``WINDOW_TICKS`` ticks every
-        client is scanned for those due before the window's end; a tick scans those only
-        (a client's next check changes only when it is measured, so no other falls due)."""
-        end, near = self._near
+    def _due(self, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """The clients measured at tick ``k``, in order, and their places in the window's
+        list. Every ``WINDOW_TICKS`` ticks every client is scanned for those due before the
+        window's end; a tick scans those only (a client's next check changes only when it
+        is measured, so no other falls due), in a copy of their next checks side by side
+        (read through the clients, each was a cache miss of its own at 100,000 clients)."""
+        end, near, checks = self._near
         if k >= end:
             end = k + WINDOW_TICKS
             near = np.flatnonzero(self._next_check < end)
-            self._near = (end, near)
+            checks = self._next_check[near]
+            self._near = (end, near, checks)
         if not len(near):
-            return near
+            return near, near
         from mecsim.net.handover_bound import due  # numba: moving runs in several cells only
 
-        return due(near, self._next_check, k)
+        places = due(checks, k)
+        return near[places], places
 
     def _evaluate(self, k: int) -> None:
         """Tick ``k``: the due clients measure every cell
         (:func:`~mecsim.net.handover_bound.measure`, compiled); each handover is recorded
         and each client's next measurement set by the module's bound."""
         t = self.tick_time(k)
-        clients = self._due(k)
+        clients, places = self._due(k)
         if not len(clients):
             return
         from mecsim.net.handover_bound import measure  # numba: moving runs only
@@ -149,13 +153,15 @@ class HandoverSchedule:
                                         self._candidate, self._since, self._busy_until,
                                         self.margin, self.trigger_ticks, self.interruption_s,
                                         watch)  # fmt: skip
-        made = list(map(Handover, repeat(t), clients[moved].tolist(), source.tolist(),
-                        target.tolist()))  # fmt: skip
-        self.handovers += made
-        self._times += [t] * len(made)
-        for h in made:
-            self._by_client.setdefault(h.client, []).append(h)
-        self._next_check[clients] = k + 1 + self._quiet_ticks(squared, serving, watch)
+        movers, first = clients[moved], len(self.handovers)
+        self.handovers += map(Handover, repeat(t), movers.tolist(), source.tolist(),
+                              target.tolist())  # fmt: skip
+        self._times += [t] * len(movers)
+        self._earlier += self._latest[movers].tolist()
+        self._latest[movers] = np.arange(first, len(self.handovers))
+        checks = k + 1 + self._quiet_ticks(squared, serving, watch)
+        self._next_check[clients] = checks
+        self._near[2][places] = checks
 
     def _quiet_ticks(
         self, squared: np.ndarray, serving: np.ndarray, watch: np.ndarray
@@ -195,14 +201,18 @@ class HandoverSchedule:
 
     def cell_of(self, client: int, t: float) -> int:
         """The cell serving ``client`` at ``t`` (the target of a handover at ``t``)."""
-        self.advance(t)
-        own = self._by_client.get(client, [])
-        k = bisect.bisect_right(own, t, key=_TIME)
-        return own[k - 1].target if k else int(self._initial[client])
+        h = self._last_by(client, t)
+        return int(self._initial[client]) if h is None else h.target
 
     def interrupted(self, client: int, t: float) -> bool:
         """Whether ``client`` is in a handover's break at ``t``."""
+        h = self._last_by(client, t)
+        return h is not None and t < h.t + self.interruption_s
+
+    def _last_by(self, client: int, t: float) -> Handover | None:
+        """``client``'s latest handover at or before ``t``, if any."""
         self.advance(t)
-        own = self._by_client.get(client, [])
-        k = bisect.bisect_right(own, t, key=_TIME)
-        return bool(k) and t < own[k - 1].t + self.interruption_s
+        i = int(self._latest[client])
+        while i >= 0 and self.handovers[i].t > t:
+            i = self._earlier[i]
+        return self.handovers[i] if i >= 0 else None

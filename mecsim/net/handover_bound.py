@@ -88,13 +88,13 @@ def measure(
 
 
 @njit(cache=True)
-def due(near: np.ndarray, next_check: np.ndarray, k: int) -> np.ndarray:
-    """The clients of ``near`` (in order) whose ``next_check`` is at or before tick ``k``."""
-    out = np.empty(len(near), dtype=np.int64)
+def due(checks: np.ndarray, k: int) -> np.ndarray:
+    """The places (in order) of the ``checks`` (next checks) at or before tick ``k``."""
+    out = np.empty(len(checks), dtype=np.int64)
     m = 0
-    for c in near:
-        if next_check[c] <= k:
-            out[m] = c
+    for i in range(len(checks)):
+        if checks[i] <= k:
+            out[m] = i
             m += 1
     return out[:m]
 

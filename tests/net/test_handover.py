@@ -57,6 +57,21 @@ def test_a_client_crossing_the_boundary_hands_over_once_when_margin_and_ttt_say(
     assert s.interrupted(0, h.t + 0.04) and not s.interrupted(0, h.t + 0.06)
 
 
+def test_the_cell_at_any_time_is_the_target_of_the_last_handover_by_then():
+    # there and back twice: four handovers, each query answered from the records alone
+    t = np.array([0.0, 80.0, 160.0, 240.0, 320.0])
+    x = np.array([100.0, 900.0, 100.0, 900.0, 100.0])
+    trace = Trace(t, np.zeros(5, dtype=int), x, np.zeros(5))
+    s = schedule(TraceMobility(np.array([100.0]), np.array([0.0]), trace))
+    s.advance(320.0)
+    times = [h.t for h in s.handovers]
+    assert len(times) == 4 and [h.target for h in s.handovers] == [1, 0, 1, 0]
+    for q in np.linspace(0.0, 320.0, 641).tolist() + times + [x - 1e-9 for x in times]:
+        by_then = [h for h in s.handovers if h.t <= q]
+        assert s.cell_of(0, q) == (by_then[-1].target if by_then else 0), q
+        assert s.interrupted(0, q) == (bool(by_then) and q < by_then[-1].t + 0.05), q
+
+
 def test_a_client_that_turns_back_before_the_time_to_trigger_stays():
     # crosses the 3 dB point at x ~ 543.1 m, turns back 0.5 m later, 0.1 s after crossing
     ratio = 10 ** (3 / 40)
