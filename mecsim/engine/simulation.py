@@ -11,7 +11,6 @@ keyed by time, priority and insertion id), so runs are deterministic.
 from __future__ import annotations
 
 import functools
-import gc
 import logging
 import math
 import time
@@ -30,6 +29,7 @@ from mecsim.algorithms.base import (
     Task,
 )
 from mecsim.common.errors import ConfigError
+from mecsim.common.gc_pause import event_loop_gc
 from mecsim.common.registry import Registry
 from mecsim.engine.checkpoint import Ledger
 from mecsim.engine.compute import Computing
@@ -360,22 +360,21 @@ class Simulation(Transfers, Computing, ServerWork, Scheduling):
         client profiles) are frozen out of the cyclic garbage collector while
         the event loop runs: they are long-lived, and rescanning them made
         full collections take half the wall time of a 10,000-client round.
-        They are still freed by reference counting.
+        They are still freed by reference counting, and the collector runs at a
+        slower pace (:func:`~mecsim.common.gc_pause.event_loop_gc`).
         """
-        gc.freeze()
-        try:
-            # stop when the protocol is done (asynchronous clients may still be busy)
-            self.env.run(until=self.env.process(self._run(protocol_process)))
-        except RuntimeError as error:
-            if self.faults is None or "No scheduled events left" not in str(error):
-                raise
-            raise ConfigError(
-                "faults.availability",
-                f"the run stalled at t = {self.env.now:.6g} s: no client is online or comes "
-                "back, and the protocol needs more updates; extend the trace",
-            ) from None
-        finally:
-            gc.unfreeze()
+        with event_loop_gc():
+            try:
+                # stop when the protocol is done (asynchronous clients may still be busy)
+                self.env.run(until=self.env.process(self._run(protocol_process)))
+            except RuntimeError as error:
+                if self.faults is None or "No scheduled events left" not in str(error):
+                    raise
+                raise ConfigError(
+                    "faults.availability",
+                    f"the run stalled at t = {self.env.now:.6g} s: no client is online or comes "
+                    "back, and the protocol needs more updates; extend the trace",
+                ) from None
         self._cut_off()
         if self._uploads and self.total_updates == 0:
             raise ConfigError(
