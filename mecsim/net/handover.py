@@ -8,7 +8,8 @@ when another cell's power exceeds its serving cell's by
 the handover happens at the first tick at which the condition has held that
 long (with a time-to-trigger of 0, at the first tick it holds), to the
 strongest cell then. For ``handover_interruption_s`` after it the client
-sends and receives nothing and measures nothing.
+sends and receives nothing and measures nothing (so it is measured next at the first
+tick after the break).
 
 The schedule depends only on the trajectories, so it is computed ahead of the
 simulation as far as it is asked for, one tick at a time, and kept as a list of
@@ -101,6 +102,13 @@ class HandoverSchedule:
     def tick_time(self, k: int) -> float:
         return k * self.tick_s
 
+    def _first_ticks_from(self, times: np.ndarray) -> np.ndarray:
+        """For each of ``times``, the first tick ``k`` with ``tick_time(k) >= time``."""
+        k = np.ceil(times / self.tick_s).astype(np.int64)
+        k -= (k - 1) * self.tick_s >= times  # the quotient's rounding, either way
+        k += k * self.tick_s < times
+        return k
+
     def _squared_distances(self, t: float, clients: np.ndarray) -> np.ndarray:
         """[client x cell] squared distances of ``clients`` to the base stations at ``t``."""
         from mecsim.channels.kernels import squared_distances  # numba: moving runs only
@@ -160,6 +168,10 @@ class HandoverSchedule:
         self._earlier += self._latest[movers].tolist()
         self._latest[movers] = np.arange(first, len(self.handovers))
         checks = k + 1 + self._quiet_ticks(squared, serving, watch)
+        resting = np.flatnonzero(self._busy_until[clients] > t)
+        if len(resting):  # in a break: measures nothing, so changes nothing, until it ends
+            ends = self._first_ticks_from(self._busy_until[clients[resting]])
+            checks[resting] = np.maximum(checks[resting], ends)
         self._next_check[clients] = checks
         self._near[2][places] = checks
 

@@ -244,8 +244,8 @@ def test_measuring_only_clients_that_could_hand_over_gives_every_ticks_schedule(
     margin, ttt, interruption
 ):
     """Issue 52: a tick measures the clients whose bound has run out (the module's
-    closed form); the schedule equals measuring every client at every tick, with a
-    fraction of the measurements."""
+    closed form) and that are not in a handover's break; the schedule equals measuring
+    every client at every tick, with a fraction of the measurements."""
     from mecsim.net.mobility import RandomWaypoint
 
     ring = [(600 * math.cos(a), 600 * math.sin(a)) for a in np.arange(6) * math.pi / 3]
@@ -258,8 +258,9 @@ def test_measuring_only_clients_that_could_hand_over_gives_every_ticks_schedule(
     def run(bounded: bool) -> tuple[list[Handover], int]:
         walk = RandomWaypoint(x, y, (-900.0, -900.0, 900.0, 900.0), (10.0, 30.0), 0.5, seed=1)
         s = HandoverSchedule(walk, cells, PATHLOSS, 0.01, margin, ttt, interruption, start)
-        if not bounded:
-            s._reach = None  # the reference: every client at every tick
+        if not bounded:  # the reference: every client at every tick, in a break or not
+            s._reach = None
+            s._first_ticks_from = lambda times: np.zeros(len(times), dtype=np.int64)
         measured = 0
         for k in range(3000):  # 30 s
             measured += int((s._next_check <= k).sum())
@@ -277,3 +278,11 @@ def test_a_traces_speed_bound_is_its_fastest_row_to_row_move():
     jump = Trace(np.array([0.0, 1.0, 1.0]), np.array([0, 0, 0]),
                  np.array([0.0, 5.0, 9.0]), np.zeros(3))  # fmt: skip
     assert TraceMobility(np.zeros(1), np.zeros(1), jump).max_speed_mps is None  # no bound
+
+
+@pytest.mark.parametrize("tick", [0.01, 0.1, 1 / 3])
+def test_the_first_tick_at_or_after_a_time_is_the_one_the_clock_compares(tick):
+    s = schedule(line(100.0, 900.0, 10.0), tick=tick)
+    times = np.array([0.0, tick, 2 * tick, 0.05, 0.1 + 0.2, 7 * tick + 1e-12, 3.0, 12.34])
+    for time, k in zip(times.tolist(), s._first_ticks_from(times).tolist(), strict=True):
+        assert s.tick_time(k) >= time and (k == 0 or s.tick_time(k - 1) < time)
