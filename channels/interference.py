@@ -215,15 +215,21 @@ class Interference:
         x, y, _, up = self._sites()[:4]  # the radios do not move
         if self._table is None or self._table[0] != size:  # allocated once, rows stamped
             radios = np.flatnonzero(~up)
-            self._table = (size, radios, np.empty((size[0], len(radios))), np.full(size[0], -2))
-        _, radios, table, stamp = self._table
+            at = np.stack([x[radios], y[radios]], axis=1)
+            self._table = (size, radios, np.empty((size[0], len(radios))), np.full(size[0], -2), at)
+        _, radios, table, stamp, at = self._table
         missing = compiled().claim(clients, stamp, self._tick)  # each once, now stamped
         if len(missing):
             cx, cy = self._client_xy(missing)
-            dx = cx[:, None] - x[radios][None, :]
-            dy = cy[:, None] - y[radios][None, :]
-            g = self.gain_of_squared(np.maximum(dx * dx + dy * dy, 1e-18))
-            table[missing] = g * self._power()[radios][None, :]
+            power = self._power()[radios]
+            if self.gain_form is not None:  # the same products, in one compiled pass
+                squared = compiled().squared_distances(cx, cy, at)
+                table[missing] = compiled().received_powers(squared, power, *self.gain_form)
+            else:
+                dx = cx[:, None] - x[radios][None, :]
+                dy = cy[:, None] - y[radios][None, :]
+                g = self.gain_of_squared(np.maximum(dx * dx + dy * dy, 1e-18))
+                table[missing] = g * power[None, :]
         return radios, table
 
     def _station_gains(self, columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -261,6 +261,21 @@ def gain_of_squared(squared: float, scale: float, reference2: float, half: int) 
 
 
 @njit(cache=True)
+def received_powers(
+    squared: np.ndarray, power: np.ndarray, scale: float, reference2: float, half: int
+) -> np.ndarray:
+    """[point x site] ``power[s]`` times the path gain at each ``squared`` distance
+    (:func:`gain_of_squared` of ``LogDistancePathLoss.squared_form``): the numpy path loss
+    and multiplication, in their order."""
+    n, sites = squared.shape
+    out = np.empty((n, sites))
+    for i in range(n):
+        for s in range(sites):
+            out[i, s] = gain_of_squared(squared[i, s], scale, reference2, half) * power[s]
+    return out
+
+
+@njit(cache=True)
 def fill_gains(
     table: np.ndarray, rows: np.ndarray, x: np.ndarray, y: np.ndarray, at: np.ndarray,
     power: np.ndarray, scale: float, reference2: float, half: int,

@@ -120,9 +120,9 @@ class HandoverSchedule:
         """[client x cell] mean received power, W (per W of noise: path gain times the
         cell's power)."""
         if self._form is not None:  # compiled, the same products
-            from mecsim.net.handover_bound import received  # numba: moving runs only
+            from mecsim.channels.kernels import received_powers  # numba: moving runs only
 
-            return received(squared, self._power, *self._form)
+            return received_powers(squared, self._power, *self._form)
         gain = self.pathloss.gain_of_squared(squared)
         return np.multiply(gain, self._power[None, :], out=gain)
 

@@ -14,8 +14,6 @@ import math
 import numpy as np
 from numba import njit
 
-from mecsim.channels.kernels import gain_of_squared
-
 
 @njit(cache=True, error_model="numpy")
 def quiet_ticks(
@@ -97,18 +95,3 @@ def due(checks: np.ndarray, k: int) -> np.ndarray:
             out[m] = i
             m += 1
     return out[:m]
-
-
-@njit(cache=True)
-def received(
-    squared: np.ndarray, power: np.ndarray, scale: float, reference2: float, half: int
-) -> np.ndarray:
-    """[client x cell] ``power[c]`` times the path gain at each ``squared`` distance
-    (:func:`~mecsim.channels.kernels.gain_of_squared` of ``LogDistancePathLoss.squared_form``):
-    the numpy path loss and multiplication, in their order."""
-    n, cells = squared.shape
-    out = np.empty((n, cells))
-    for i in range(n):
-        for c in range(cells):
-            out[i, c] = gain_of_squared(squared[i, c], scale, reference2, half) * power[c]
-    return out

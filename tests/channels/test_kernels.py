@@ -193,3 +193,22 @@ def test_station_gains_in_one_pass_are_numpys_to_the_bit(exponent):
                       power)  # fmt: skip
     kernels.fill_gains(got, rows, x, y, at, power, *pathloss.squared_form())
     assert np.array_equal(got, expected)
+
+
+@pytest.mark.parametrize("exponent", [2.0, 4.0, 8.0])
+def test_radio_gains_in_compiled_passes_are_numpys_to_the_bit(exponent):
+    """A tick's [client x radio] table: the numpy arithmetic of ``Interference._radio_gains``
+    against the compiled squared distances and received powers it now uses."""
+    from mecsim.channels import LogDistancePathLoss
+
+    rng = np.random.default_rng(7)
+    pathloss = LogDistancePathLoss(-40.0, 1.0, exponent)
+    rx, ry = rng.uniform(-900, 900, size=(2, 19))  # the radios
+    cx, cy = rng.uniform(-1200, 1200, size=(2, 500))  # the clients
+    cx[0], cy[0] = rx[4], ry[4]  # on a radio: the 1e-18 m^2 floor
+    power = rng.uniform(1.0, 20.0, size=19)
+    dx, dy = cx[:, None] - rx[None, :], cy[:, None] - ry[None, :]
+    expected = pathloss.gain_of_squared(np.maximum(dx * dx + dy * dy, 1e-18)) * power[None, :]
+    squared = kernels.squared_distances(cx, cy, np.stack([rx, ry], axis=1))
+    got = kernels.received_powers(squared, power, *pathloss.squared_form())
+    assert np.array_equal(got, expected)

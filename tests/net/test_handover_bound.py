@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 
 from mecsim.channels import LogDistancePathLoss
+from mecsim.channels.kernels import received_powers as received
 from mecsim.net.handover import MAX_QUIET_TICKS
-from mecsim.net.handover_bound import due, measure, quiet_ticks, received
+from mecsim.net.handover_bound import due, measure, quiet_ticks
 
 
 def numpy_bound(squared, serving, ratio, reach, watch):
