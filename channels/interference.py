@@ -45,7 +45,7 @@ class Interference:
     _stations: dict[int, tuple[float, float]]
     _tick: int
     _table: tuple | None
-    _band_order: np.ndarray | None
+    _band_order: tuple[np.ndarray, np.ndarray] | None
     motion: object
     sites: dict
     transmitters: list
@@ -283,13 +283,13 @@ class Interference:
         band."""
         if self._uplink_band is not None:
             return senders
-        width = self._width()
-        if 8 * len(senders) < len(width):  # few on the air: sort them
-            return senders[np.argsort(width[senders], kind="stable")]
+        order, rank = self._by_band()
+        if 8 * len(senders) < len(order):  # few on the air: sort their places in the order
+            return order[np.sort(rank[senders])]
         if on is None:  # many: pick them out of every transmitter
-            on = np.zeros(len(width), dtype=bool)
+            on = np.zeros(len(order), dtype=bool)
             on[senders] = True
-        return self._by_band()[on[self._by_band()]]
+        return order[on[order]]
 
     def _prefix_sums(
         self, stations: np.ndarray, which: np.ndarray, band: np.ndarray, senders: np.ndarray,
@@ -306,10 +306,14 @@ class Interference:
         k = np.searchsorted(widths, band, side="right")
         return full[which, k] + band * (scaled[which, -1] - scaled[which, k])
 
-    def _by_band(self) -> np.ndarray:
-        """Every transmitter's index, in order of its band (stable)."""
+    def _by_band(self) -> tuple[np.ndarray, np.ndarray]:
+        """(every transmitter's index in order of its band, stable; each one's place in
+        that order)."""
         if self._band_order is None:
-            self._band_order = np.argsort(self._width(), kind="stable")
+            order = np.argsort(self._width(), kind="stable")
+            rank = np.empty_like(order)
+            rank[order] = np.arange(len(order))
+            self._band_order = (order, rank)
         return self._band_order
 
     @property

@@ -165,7 +165,7 @@ class Medium(Interference):
         self._gains = self._table = self._bound = self._uplink_index = None  # (Interference)
         self._tx_cells: np.ndarray | None = None
         self._one_band: tuple[float | None] | None = None
-        self._band_order: np.ndarray | None = None
+        self._band_order: tuple[np.ndarray, np.ndarray] | None = None
 
     def _moving(self, motion: Motion | None) -> None:
         """The state of moving clients: where they are, who serves them, handovers done."""
