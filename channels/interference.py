@@ -195,14 +195,15 @@ class Interference:
             rows = index[mine]
             if self.motion is not None:  # gains of every client to every radio, per tick
                 radios, table = self._radio_gains(a["client"][rows])
-                g = table[a["client"][rows]][:, np.searchsorted(radios, senders)]
-                g = np.where(co[rx_cell[mine]][:, cell[senders]], g, 0.0)
-            else:
-                d = np.hypot(x[senders][None, :] - a["rx"][rows][:, None],
-                             y[senders][None, :] - a["ry"][rows][:, None])  # fmt: skip
-                hears = co[rx_cell[mine]][:, cell[senders]]
-                g = np.where(hears, self.gain(np.where(hears, np.maximum(d, 1e-9), 1.0)), 0.0)
-                g = g * power[senders][None, :]
+                heard[mine] = compiled().radios_heard(
+                    a["client"][rows], rx_cell[mine], share_b[mine], table,
+                    np.searchsorted(radios, senders), cell[senders], width[senders], co)  # fmt: skip
+                continue
+            d = np.hypot(x[senders][None, :] - a["rx"][rows][:, None],
+                         y[senders][None, :] - a["ry"][rows][:, None])  # fmt: skip
+            hears = co[rx_cell[mine]][:, cell[senders]]
+            g = np.where(hears, self.gain(np.where(hears, np.maximum(d, 1e-9), 1.0)), 0.0)
+            g = g * power[senders][None, :]
             share = np.minimum(1.0, share_b[mine][:, None] / width[senders][None, :])
             heard[mine] = (g * share).sum(axis=1)
         return heard

@@ -261,6 +261,78 @@ def gain_of_squared(squared: float, scale: float, reference2: float, half: int) 
 
 
 @njit(cache=True)
+def _block_sum(a: np.ndarray, first: int, n: int) -> float:
+    """numpy's sum of at most 128 contiguous terms: in order below 8, else eight running
+    sums in blocks of 8, paired, then the rest in order."""
+    if n < 8:
+        total = 0.0
+        for i in range(n):
+            total += a[first + i]
+        return total
+    r = a[first : first + 8].copy()
+    i = 8
+    while i < n - n % 8:
+        for j in range(8):
+            r[j] += a[first + i + j]
+        i += 8
+    total = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]))
+    for rest in range(i, n):
+        total += a[first + rest]
+    return total
+
+
+@njit(cache=True)
+def pairwise_sum(a: np.ndarray, first: int, n: int) -> float:
+    """``a[first:first + n].sum()`` as numpy sums a contiguous row, to the bit: blocks of
+    at most 128 (:func:`_block_sum`), halves (a multiple of 8 first) added above. The
+    halving is an explicit stack, not a recursion (numba's cache breaks recursive
+    functions)."""
+    if n <= 128:
+        return _block_sum(a, first, n)
+    todo = np.empty((128, 3), dtype=np.int64)  # (first, n, halves added yet?)
+    sums = np.empty(128)
+    top, done = 0, 0
+    todo[0] = first, n, 0
+    while top >= 0:
+        f, m, combine = todo[top]
+        top -= 1
+        if m <= 128:
+            sums[done] = _block_sum(a, f, m)
+            done += 1
+        elif combine:
+            done -= 1
+            sums[done - 1] = sums[done - 1] + sums[done]
+        else:
+            half = m // 2
+            half -= half % 8
+            todo[top + 1] = f, m, 1
+            todo[top + 2] = f + half, m - half, 0
+            todo[top + 3] = f, half, 0
+            top += 3
+    return sums[0]
+
+
+@njit(cache=True)
+def radios_heard(
+    clients: np.ndarray, rx_cell: np.ndarray, share_b: np.ndarray, table: np.ndarray,
+    columns: np.ndarray, sender_cell: np.ndarray, width: np.ndarray, co: np.ndarray,
+) -> np.ndarray:  # fmt: skip
+    """Downlink interference of moving ``clients`` (in cells ``rx_cell``, holding
+    ``share_b``): ``sum_r P h min(1, b / B_r)`` over the radios on the air (columns
+    ``columns`` of the [client x radio] ``table`` of ``P h``, in cells ``sender_cell``,
+    of bands ``width``) co-channel with the client's cell; numpy's masked products and
+    row sums (``Interference._heard``), in their order."""
+    out = np.empty(len(clients))
+    terms = np.empty(len(columns))
+    for i in range(len(clients)):
+        for j in range(len(columns)):
+            g = table[clients[i], columns[j]] if co[rx_cell[i], sender_cell[j]] else 0.0
+            terms[j] = g * min(1.0, share_b[i] / width[j])
+        out[i] = 0.0 + pairwise_sum(terms, 0, len(columns))
+    return out
+
+
+@njit(cache=True)
 def received_powers(
     squared: np.ndarray, power: np.ndarray, scale: float, reference2: float, half: int
 ) -> np.ndarray:

@@ -212,3 +212,27 @@ def test_radio_gains_in_compiled_passes_are_numpys_to_the_bit(exponent):
     squared = kernels.squared_distances(cx, cy, np.stack([rx, ry], axis=1))
     got = kernels.received_powers(squared, power, *pathloss.squared_form())
     assert np.array_equal(got, expected)
+
+
+@pytest.mark.parametrize("n", [0, 1, 7, 8, 19, 128, 129, 300, 1037, 4100])
+def test_pairwise_sum_is_numpys_row_sum_to_the_bit(n):
+    rng = np.random.default_rng(n)
+    rows = rng.uniform(0, 1, (4, n)) * 10.0 ** rng.uniform(-15, -5, (4, n))
+    got = [0.0 + kernels.pairwise_sum(row, 0, n) for row in rows]
+    assert got == rows.sum(axis=1).tolist()
+    assert kernels.pairwise_sum(rows.ravel(), n, n) == rows[1].sum()  # from an offset
+
+
+def test_downlink_interference_of_moving_clients_is_the_numpy_sum_to_the_bit():
+    """``Interference._heard``'s [client x radio] masked products and row sums, compiled."""
+    rng = np.random.default_rng(8)
+    table = rng.uniform(0, 1, (300, 19)) * 10.0 ** rng.uniform(-14, -6, (300, 19))
+    clients = rng.permutation(300)[:120]
+    rx_cell, share_b = rng.integers(0, 19, 120), rng.uniform(5e6, 40e6, 120)
+    columns = np.array([0, 2, 3, 5, 8, 9, 11, 12, 13, 17, 18])
+    sender_cell, width = columns.copy(), rng.uniform(10e6, 30e6, len(columns))
+    co = rng.uniform(size=(19, 19)) < 0.7
+    g = np.where(co[rx_cell][:, sender_cell], table[clients][:, columns], 0.0)
+    expected = (g * np.minimum(1.0, share_b[:, None] / width[None, :])).sum(axis=1)
+    got = kernels.radios_heard(clients, rx_cell, share_b, table, columns, sender_cell, width, co)
+    assert np.array_equal(got, expected)
