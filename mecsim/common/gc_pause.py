@@ -27,8 +27,9 @@ EVENT_LOOP_THRESHOLDS = (100_000, 50, 50)
 @contextmanager
 def event_loop_gc() -> Iterator[None]:
     """For the block: what exists now frozen out of the collector (long-lived; still freed
-    by reference counting) and the thresholds :data:`EVENT_LOOP_THRESHOLDS`; both
-    restored after."""
+    by reference counting) and the thresholds :data:`EVENT_LOOP_THRESHOLDS`. After it the
+    thresholds are restored and every frozen object unfrozen (the collector cannot tell
+    whose freeze an object came from)."""
     thresholds = gc.get_threshold()
     gc.freeze()
     gc.set_threshold(*EVENT_LOOP_THRESHOLDS)
