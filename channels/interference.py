@@ -221,16 +221,12 @@ class Interference:
         _, radios, table, stamp, at = self._table
         missing = compiled().claim(clients, stamp, self._tick)  # each once, now stamped
         if len(missing):
-            cx, cy = self._client_xy(missing)
+            squared = compiled().squared_distances(*self._client_xy(missing), at)
             power = self._power()[radios]
-            if self.gain_form is not None:  # the same products, in one compiled pass
-                squared = compiled().squared_distances(cx, cy, at)
+            if self.gain_form is not None:  # the same products, compiled
                 table[missing] = compiled().received_powers(squared, power, *self.gain_form)
             else:
-                dx = cx[:, None] - x[radios][None, :]
-                dy = cy[:, None] - y[radios][None, :]
-                g = self.gain_of_squared(np.maximum(dx * dx + dy * dy, 1e-18))
-                table[missing] = g * power[None, :]
+                table[missing] = self.gain_of_squared(squared) * power[None, :]
         return radios, table
 
     def _station_gains(self, columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from mecsim.channels import LogDistancePathLoss
-from mecsim.channels.kernels import received_powers as received
+from mecsim.channels.kernels import received_powers
 from mecsim.net.handover import MAX_QUIET_TICKS
 from mecsim.net.handover_bound import due, measure, quiet_ticks
 
@@ -103,7 +103,7 @@ def test_received_power_is_the_path_loss_times_the_cells_power_to_the_bit(expone
     power = rng.uniform(1.0, 40.0, size=19)
     form = pathloss.squared_form()
     expected = pathloss.gain_of_squared(squared) * power[None, :]
-    assert form is not None and np.array_equal(received(squared, power, *form), expected)
+    assert form is not None and np.array_equal(received_powers(squared, power, *form), expected)
 
 
 @pytest.mark.parametrize("exponent", [3.5, 0.0, 10.0])
