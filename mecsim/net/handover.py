@@ -26,8 +26,10 @@ client measured at every tick would give (``tests/net/test_handover.py``).
 from __future__ import annotations
 
 import bisect
+import functools
 import math
 from itertools import repeat
+from types import ModuleType
 from typing import NamedTuple
 
 import numpy as np
@@ -40,6 +42,23 @@ MAX_QUIET_TICKS = 1 << 40
 """A client that cannot hand over (static, or one cell) is measured again after this many."""
 WINDOW_TICKS = 16
 """Ticks between scans of every client for those due soon (:meth:`HandoverSchedule._due`)."""
+
+
+@functools.cache
+def _bound() -> ModuleType:
+    """:mod:`mecsim.net.handover_bound` (numba), imported on first use: moving runs in
+    several cells only."""
+    from mecsim.net import handover_bound
+
+    return handover_bound
+
+
+@functools.cache
+def _kernels() -> ModuleType:
+    """:mod:`mecsim.channels.kernels` (numba), imported on first use."""
+    from mecsim.channels import kernels
+
+    return kernels
 
 
 class Handover(NamedTuple):
@@ -86,6 +105,7 @@ class HandoverSchedule:
         speed = trajectories.max_speed_mps
         self._reach = None if speed is None or pathloss.exponent <= 0 else speed * tick_s
         """How far a client can move in one tick (m); None: measure every client every tick."""
+        self._ratio = np.zeros((0, 0))
         if self._reach is not None:
             power = self._power
             self._ratio = (self.margin * power[:, None] / power[None, :]) ** (1 / pathloss.exponent)
@@ -109,23 +129,6 @@ class HandoverSchedule:
         k += k * self.tick_s < times
         return k
 
-    def _squared_distances(self, t: float, clients: np.ndarray) -> np.ndarray:
-        """[client x cell] squared distances of ``clients`` to the base stations at ``t``."""
-        from mecsim.channels.kernels import squared_distances  # numba: moving runs only
-
-        x, y = self.trajectories.positions_of(t, clients)
-        return squared_distances(x, y, self._stations_xy)
-
-    def _received(self, squared: np.ndarray) -> np.ndarray:
-        """[client x cell] mean received power, W (per W of noise: path gain times the
-        cell's power)."""
-        if self._form is not None:  # compiled, the same products
-            from mecsim.channels.kernels import received_powers  # numba: moving runs only
-
-            return received_powers(squared, self._power, *self._form)
-        gain = self.pathloss.gain_of_squared(squared)
-        return np.multiply(gain, self._power[None, :], out=gain)
-
     def _due(self, k: int) -> tuple[np.ndarray, np.ndarray]:
         """The clients measured at tick ``k``, in order, and their places in the window's
         list. Every ``WINDOW_TICKS`` ticks every client is scanned for those due before the
@@ -140,33 +143,51 @@ class HandoverSchedule:
             self._near = (end, near, checks)
         if not len(near):
             return near, near
-        from mecsim.net.handover_bound import due  # numba: moving runs in several cells only
-
-        places = due(checks, k)
+        places = _bound().due(checks, k)
         return near[places], places
 
     def _evaluate(self, k: int) -> None:
-        """Tick ``k``: the due clients measure every cell
-        (:func:`~mecsim.net.handover_bound.measure`, compiled); each handover is recorded
-        and each client's next measurement set by the module's bound."""
+        """Tick ``k``: the due clients measure every cell (compiled: one pass per client
+        where the path loss is products, :func:`~mecsim.net.handover_bound.evaluate`;
+        else numpy's gains, then :func:`~mecsim.net.handover_bound.measure`); each
+        handover is recorded and each client's next measurement set by the module's
+        bound."""
         t = self.tick_time(k)
         clients, places = self._due(k)
         if not len(clients):
             return
-        from mecsim.net.handover_bound import measure  # numba: moving runs only
-
-        squared = self._squared_distances(t, clients)
-        serving, watch = self.serving[clients], np.empty(len(clients), dtype=bool)
-        moved, source, target = measure(k, t, clients, self._received(squared), self.serving,
-                                        self._candidate, self._since, self._busy_until,
-                                        self.margin, self.trigger_ticks, self.interruption_s,
-                                        watch)  # fmt: skip
+        x, y = self.trajectories.positions_of(t, clients)
+        if self._form is not None:
+            reach = -1.0 if self._reach is None else self._reach
+            moved, source, target = _bound().evaluate(
+                k, t, clients, places, x, y, self._stations_xy, self._power, self._form,
+                self.serving, self._candidate, self._since, self._busy_until, self.margin,
+                self.trigger_ticks, self.interruption_s, self._ratio, reach, MAX_QUIET_TICKS,
+                self.tick_s, self._next_check, self._near[2],
+            )  # fmt: skip
+        else:
+            moved, source, target = self._measure(k, t, clients, places, x, y)
         movers, first = clients[moved], len(self.handovers)
         self.handovers += map(Handover, repeat(t), movers.tolist(), source.tolist(),
                               target.tolist())  # fmt: skip
         self._times += [t] * len(movers)
         self._earlier += self._latest[movers].tolist()
         self._latest[movers] = np.arange(first, len(self.handovers))
+
+    def _measure(
+        self, k: int, t: float, clients: np.ndarray, places: np.ndarray, x: np.ndarray,
+        y: np.ndarray,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
+        """Tick ``k`` for ``clients`` at (``x``, ``y``) in array passes (a path loss that
+        is a power: numpy's); returns :func:`~mecsim.net.handover_bound.measure`'s."""
+        squared = _kernels().squared_distances(x, y, self._stations_xy)
+        serving, watch = self.serving[clients], np.empty(len(clients), dtype=bool)
+        gain = self.pathloss.gain_of_squared(squared)
+        moved, source, target = _bound().measure(
+            k, t, clients, np.multiply(gain, self._power[None, :], out=gain), self.serving,
+            self._candidate, self._since, self._busy_until, self.margin, self.trigger_ticks,
+            self.interruption_s, watch,
+        )  # fmt: skip
         checks = k + 1 + self._quiet_ticks(squared, serving, watch)
         resting = np.flatnonzero(self._busy_until[clients] > t)
         if len(resting):  # in a break: measures nothing, so changes nothing, until it ends
@@ -174,6 +195,7 @@ class HandoverSchedule:
             checks[resting] = np.maximum(checks[resting], ends)
         self._next_check[clients] = checks
         self._near[2][places] = checks
+        return moved, source, target
 
     def _quiet_ticks(
         self, squared: np.ndarray, serving: np.ndarray, watch: np.ndarray
@@ -182,9 +204,8 @@ class HandoverSchedule:
         one (the module's bound), 0 for ``watch`` clients or without a speed bound."""
         if self._reach is None:
             return np.zeros(len(serving), dtype=np.int64)
-        from mecsim.net.handover_bound import quiet_ticks  # numba: moving runs only
-
-        return quiet_ticks(squared, serving, self._ratio, self._reach, watch, MAX_QUIET_TICKS)
+        return _bound().quiet_ticks(squared, serving, self._ratio, self._reach, watch,
+                                    MAX_QUIET_TICKS)  # fmt: skip
 
     def advance(self, t: float) -> None:
         """Evaluate every tick at or before ``t``."""

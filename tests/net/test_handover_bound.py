@@ -7,8 +7,10 @@ import pytest
 
 from mecsim.channels import LogDistancePathLoss
 from mecsim.channels.kernels import received_powers
-from mecsim.net.handover import MAX_QUIET_TICKS
-from mecsim.net.handover_bound import due, measure, quiet_ticks
+from mecsim.net.geometry import Cell
+from mecsim.net.handover import MAX_QUIET_TICKS, HandoverSchedule
+from mecsim.net.handover_bound import due, first_tick_from, measure, quiet_ticks
+from mecsim.net.mobility import RandomWaypoint
 
 
 def numpy_bound(squared, serving, ratio, reach, watch):
@@ -109,3 +111,43 @@ def test_received_power_is_the_path_loss_times_the_cells_power_to_the_bit(expone
 @pytest.mark.parametrize("exponent", [3.5, 0.0, 10.0])
 def test_a_power_that_is_not_products_has_no_compiled_form(exponent):
     assert LogDistancePathLoss(exponent=exponent).squared_form() is None
+
+
+@pytest.mark.parametrize("tick", [0.01, 0.1, 1 / 3])
+def test_the_compiled_first_tick_from_a_time_is_the_array_one(tick):
+    s = HandoverSchedule(RandomWaypoint(np.zeros(1), np.zeros(1), (-1.0, -1.0, 1.0, 1.0),
+                                        (1.0, 2.0), 0.0, seed=0),
+                         [Cell(0, 0.0, 0.0, 20e6, 1.0, "edge")], LogDistancePathLoss(), tick,
+                         3.0, 0.0, 0.05, np.zeros(1, dtype=np.int64))  # fmt: skip
+    times = np.concatenate([np.arange(60) * tick, np.random.default_rng(6).uniform(0, 20, 200),
+                            [7 * tick + 1e-12, 0.1 + 0.2]])  # fmt: skip
+    expected = s._first_ticks_from(times).tolist()
+    assert [first_tick_from(time, tick) for time in times.tolist()] == expected
+
+
+@pytest.mark.parametrize(("ttt", "interruption"), [(0.1, 0.05), (0.0, 0.0), (0.03, 0.2)])
+def test_a_tick_in_one_pass_per_client_is_the_array_passes_tick(ttt, interruption):
+    """Issue 52: the fused tick (products of the path loss) gives the array passes'
+    handovers, next checks and window copy at every tick, to the bit."""
+    sites = [(0.0, 0.0), *((600 * np.cos(a), 600 * np.sin(a)) for a in np.arange(6) * np.pi / 3)]
+    cells = [Cell(i, x, y, 20e6, 10 ** (i % 3), "edge") for i, (x, y) in enumerate(sites)]
+    rng = np.random.default_rng(8)
+    x, y = rng.uniform(-900, 900, 400), rng.uniform(-900, 900, 400)
+    start = rng.integers(0, len(cells), 400)  # some far from their serving cell
+
+    def schedule() -> HandoverSchedule:
+        walk = RandomWaypoint(x, y, (-900.0, -900.0, 900.0, 900.0), (10.0, 30.0), 0.2, seed=2)
+        return HandoverSchedule(walk, cells, LogDistancePathLoss(-37.5, 1.0, 4.0), 0.01, 3.0,
+                                ttt, interruption, start)  # fmt: skip
+
+    fused, arrays = schedule(), schedule()
+    arrays._form = None
+    assert fused._form is not None
+    for k in range(800):
+        fused._evaluate(k)
+        arrays._evaluate(k)
+        assert fused._next_check.tolist() == arrays._next_check.tolist()
+        assert fused._near[2].tolist() == arrays._near[2].tolist()
+    assert len(fused.handovers) > 40 and fused.handovers == arrays.handovers
+    for f in ("serving", "_candidate", "_since", "_busy_until"):
+        assert getattr(fused, f).tolist() == getattr(arrays, f).tolist()
