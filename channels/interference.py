@@ -102,20 +102,30 @@ class Interference:
 
     def _client_xy(self, clients: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Where moving ``clients`` are in this tick (each computed once a tick)."""
+        self._locate(compiled().claim(clients, self._placements(), self._tick))
+        return self.client_x[clients], self.client_y[clients]
+
+    def _placements(self) -> np.ndarray:
+        """Each moving client's stamp: the tick its position (``client_x``, ``client_y``)
+        is of."""
         motion = self.motion
         assert motion is not None
         if len(self._placed) != len(motion.initial):
             n = len(motion.initial)
             self.client_x, self.client_y, self._placed = np.zeros(n), np.zeros(n), np.full(n, -2)
-        missing = compiled().claim(clients, self._placed, self._tick)  # each once, now stamped
-        if len(missing):
-            t = self._tick * motion.tick_s
-            if motion.positions_of is not None:
-                x, y = motion.positions_of(t, missing)
-            else:
-                x, y = (v[missing] for v in motion.positions(t))
-            self.client_x[missing], self.client_y[missing] = x, y
-        return self.client_x[clients], self.client_y[clients]
+        return self._placed
+
+    def _locate(self, clients: np.ndarray) -> None:
+        """Compute where ``clients`` (just claimed, stamped this tick) are in this tick."""
+        if not len(clients):
+            return
+        motion = self.motion
+        t = self._tick * motion.tick_s  # type: ignore[attr-defined]
+        if motion.positions_of is not None:  # type: ignore[attr-defined]
+            x, y = motion.positions_of(t, clients)  # type: ignore[attr-defined]
+        else:
+            x, y = (v[clients] for v in motion.positions(t))  # type: ignore[attr-defined]
+        self.client_x[clients], self.client_y[clients] = x, y
 
     def _serve(self, client: int, target: int) -> None:
         """``client`` is served by cell ``target`` from now on (a handover)."""
@@ -242,9 +252,18 @@ class Interference:
             xy = np.array([self._stations[c] for c in cells.tolist()]).reshape(-1, 2)
             self._gains = (key, cells, np.empty((key[1], len(cells))), np.full(key[1], -2), xy)
         _, cells, table, stamp, xy = self._gains
-        missing = compiled().claim(columns, stamp, self._tick)  # each once, now stamped
+        kernels = compiled()
+        if self.motion is not None and self.gain_form is not None:  # one compiled pass
+            x, y, _, _, client, power, _ = self._sites()
+            missing, clients = kernels.claim_senders(columns, stamp, self._tick, client,
+                                                     self._placements())  # fmt: skip
+            self._locate(clients)
+            kernels.fill_sender_gains(table, missing, x, y, client, self.client_x, self.client_y,
+                                      xy, power, *self.gain_form)  # fmt: skip
+            return cells, table
+        missing = kernels.claim(columns, stamp, self._tick)  # each once, now stamped
         if len(missing):
-            kernels, (x, y) = compiled(), self._tx_xy(missing)
+            x, y = self._tx_xy(missing)
             if self.gain_form is not None:  # the same products, in one compiled pass
                 kernels.fill_gains(table, missing, x, y, xy, self._power(), *self.gain_form)
             else:

@@ -348,6 +348,19 @@ def received_powers(
 
 
 @njit(cache=True)
+def _fill_row(
+    table: np.ndarray, x: int, px: float, py: float, at: np.ndarray, power: np.ndarray,
+    scale: float, reference2: float, half: int,
+) -> None:  # fmt: skip
+    """``table[x, s]``: the gain from (``px``, ``py``) to ``at[s]`` (:func:`gain_of_squared`
+    of the squared distance, at least 1e-18 m^2) times ``power[x]``."""
+    for s in range(table.shape[1]):
+        dx, dy = px - at[s, 0], py - at[s, 1]
+        g = gain_of_squared(max(dx * dx + dy * dy, 1e-18), scale, reference2, half)
+        table[x, s] = g * power[x]
+
+
+@njit(cache=True)
 def fill_gains(
     table: np.ndarray, rows: np.ndarray, x: np.ndarray, y: np.ndarray, at: np.ndarray,
     power: np.ndarray, scale: float, reference2: float, half: int,
@@ -356,10 +369,44 @@ def fill_gains(
     ``table[rows[j], s]`` the gain from (``x[j]``, ``y[j]``) to ``at[s]`` times
     ``power[rows[j]]``."""
     for j in range(len(rows)):
-        for s in range(table.shape[1]):
-            dx, dy = x[j] - at[s, 0], y[j] - at[s, 1]
-            g = gain_of_squared(max(dx * dx + dy * dy, 1e-18), scale, reference2, half)
-            table[rows[j], s] = g * power[rows[j]]
+        _fill_row(table, rows[j], x[j], y[j], at, power, scale, reference2, half)
+
+
+@njit(cache=True)
+def fill_sender_gains(
+    table: np.ndarray, rows: np.ndarray, site_x: np.ndarray, site_y: np.ndarray,
+    client: np.ndarray, client_x: np.ndarray, client_y: np.ndarray, at: np.ndarray,
+    power: np.ndarray, scale: float, reference2: float, half: int,
+) -> None:  # fmt: skip
+    """:func:`fill_gains` for transmitters ``rows`` where they are now: a moving uplink
+    (``client[x] >= 0``) at its client's (``client_x``, ``client_y``), any other at its
+    site."""
+    for j in range(len(rows)):
+        x, c = rows[j], client[rows[j]]
+        px, py = (client_x[c], client_y[c]) if c >= 0 else (site_x[x], site_y[x])
+        _fill_row(table, x, px, py, at, power, scale, reference2, half)
+
+
+@njit(cache=True)
+def claim_senders(
+    columns: np.ndarray, stamp: np.ndarray, now: int, client: np.ndarray, placed: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`claim` of the transmitters ``columns`` and, in the same pass, of the moving
+    clients (``client[x] >= 0``) of those claimed (``placed``: the clients' stamps):
+    (the transmitters, the clients), each in order of first appearance."""
+    tx, clients = np.empty(len(columns), dtype=np.int64), np.empty(len(columns), dtype=np.int64)
+    m = n = 0
+    for x in columns:
+        if stamp[x] != now:
+            stamp[x] = now
+            tx[m] = x
+            m += 1
+            c = client[x]
+            if c >= 0 and placed[c] != now:
+                placed[c] = now
+                clients[n] = c
+                n += 1
+    return tx[:m], clients[:n]
 
 
 @njit(cache=True)

@@ -195,6 +195,35 @@ def test_station_gains_in_one_pass_are_numpys_to_the_bit(exponent):
     assert np.array_equal(got, expected)
 
 
+def test_claiming_senders_claims_the_clients_of_those_claimed_in_order():
+    stamp, placed = np.array([5, -2, 0, 0, 0, 0]), np.array([-2, 5, -2, -2])
+    client = np.array([2, 1, -1, 3, 2, 0])  # transmitter 2 does not move; 4 and 0 share one
+    tx, clients = kernels.claim_senders(np.array([4, 0, 2, 3, 1, 4, 5]), stamp, 5, client, placed)
+    assert tx.tolist() == [4, 2, 3, 1, 5]  # 0 was stamped; 4 once
+    assert clients.tolist() == [2, 3, 0]  # 2 for 4; none for 2; 3; 1 was placed; 0
+    assert stamp.tolist() == [5] * 6 and placed.tolist() == [5] * 4
+
+
+def test_senders_gains_where_they_are_are_the_gains_at_their_positions():
+    from mecsim.channels import LogDistancePathLoss
+
+    rng = np.random.default_rng(9)
+    form = LogDistancePathLoss(-35.0, 1.5, 4.0).squared_form()
+    at = rng.uniform(-900, 900, size=(7, 2))
+    site_x, site_y = rng.uniform(-1200, 1200, size=(2, 300))
+    client = np.where(rng.random(300) < 0.8, rng.permutation(300), -1)
+    client_x, client_y = rng.uniform(-1200, 1200, size=(2, 300))
+    rows, power = rng.permutation(300)[:120], rng.uniform(0.1, 2.0, size=300)
+    moving = client[rows] >= 0
+    x = np.where(moving, client_x[client[rows]], site_x[rows])
+    y = np.where(moving, client_y[client[rows]], site_y[rows])
+    expected, got = np.zeros((300, 7)), np.zeros((300, 7))
+    kernels.fill_gains(expected, rows, x, y, at, power, *form)
+    kernels.fill_sender_gains(got, rows, site_x, site_y, client, client_x, client_y, at, power,
+                              *form)  # fmt: skip
+    assert moving.any() and not moving.all() and np.array_equal(got, expected)
+
+
 @pytest.mark.parametrize("exponent", [2.0, 4.0, 8.0])
 def test_radio_gains_in_compiled_passes_are_numpys_to_the_bit(exponent):
     """A tick's [client x radio] table: the numpy arithmetic of ``Interference._radio_gains``
