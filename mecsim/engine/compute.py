@@ -37,13 +37,27 @@ class Computing:
         if self.busy_until[client] > self.env.now:
             yield self.env.timeout(self.busy_until[client] - self.env.now)
         start = self.env.now
-        seconds, energy = self._occupy(client, flops, start)
+        seconds, energy = self.occupy(client, flops, start)
         phase = f"compute:{task.name}"
         token = self._begin(
             lambda: self._record_cut_compute(round_, client, phase, flops, seconds, start, job)
         )
         yield self.env.timeout(seconds)
         self._end(token)
+        self.computed(round_, client, phase, start, seconds, flops, energy, job)
+
+    def computed(
+        self,
+        round_: int,
+        client: int,
+        phase: str,
+        start: float,
+        seconds: float,
+        flops: int,
+        energy_j: float,
+        job: int | None = None,
+    ) -> None:
+        """Record a computation of ``seconds`` from ``start`` that ends now."""
         self.recorder.event(
             round_,
             client,
@@ -53,7 +67,7 @@ class Computing:
             duration_s=seconds,
             job=job,
             flops=flops,
-            energy_j=energy,
+            energy_j=energy_j,
         )
 
     def _record_cut_compute(
@@ -120,7 +134,7 @@ class Computing:
             round_, client, f"fault:{drop.cause}", self.env.now, self.env.now, job=job
         )
 
-    def _occupy(self, client: int, flops: int, start: float) -> tuple[float, float]:
+    def occupy(self, client: int, flops: int, start: float) -> tuple[float, float]:
         """Book ``client``'s device for ``flops`` from ``start``; return (seconds, joules)."""
         seconds, energy = compute_cost(flops, self.clients[client].device)
         self.busy_until[client] = max(self.busy_until[client], start + seconds)
@@ -133,7 +147,7 @@ class Computing:
 
         Used for wait-free windows, whose size is fixed only when they close.
         """
-        seconds, energy = self._occupy(client, flops, start)
+        seconds, energy = self.occupy(client, flops, start)
         end = start + seconds
         self.recorder.event(
             round_,

@@ -135,13 +135,13 @@ class Transfers:
     def _receive(self, round_: int, job: int | None, delivery: Delivery) -> Process:
         """Wait for one reception to end and record it (cut off if the run ends first)."""
         r, nbytes = delivery.reception, delivery.nbytes
-        token = self._begin(lambda: self._record_download(round_, job, r, nbytes))
+        token = self._begin(lambda: self.record_download(round_, job, r, nbytes))
         reception = yield delivery.done
         self._end(token)
-        self._record_download(round_, job, reception, nbytes)
+        self.record_download(round_, job, reception, nbytes)
         return reception
 
-    def _record_download(
+    def record_download(
         self, round_: int, job: int | None, r: Reception, nbytes: int, phase: str = "download"
     ) -> None:
         """Record a client's reception of a download (see :meth:`_record_transfer`)."""
@@ -201,13 +201,13 @@ class Transfers:
             )
             start, r = yield from self.network.upload(client, nbytes, key, granted.append)
             self._end(token)
-            self._record_upload(round_, client, nbytes, asked, start, r, job)
+            self.record_upload(round_, client, nbytes, asked, start, r, job)
             if not r.failed:
                 self.update_arrived(round_, client)
                 return True
         return False
 
-    def _record_upload(
+    def record_upload(
         self,
         round_: int,
         client: int,
@@ -252,7 +252,7 @@ class Transfers:
                 )
             return
         r = self.network.upload_progress(client, nbytes, key, granted[0], now)
-        self._record_upload(round_, client, nbytes, asked, granted[0], r, job)
+        self.record_upload(round_, client, nbytes, asked, granted[0], r, job)
 
     def record_handovers(self) -> Process:
         """Record each handover as it happens: a ``handover`` row of the client from its
@@ -301,4 +301,4 @@ class Transfers:
         deliveries = self._transmit(-1, nbytes, ("public",), True, "downlink-send:public")
         receptions = yield self.env.all_of([d.done for d in deliveries.values()])
         for r in receptions.values():
-            self._record_download(-1, None, r, self.public_nbytes, "download:public")
+            self.record_download(-1, None, r, self.public_nbytes, "download:public")

@@ -402,11 +402,8 @@ class Network(ClosedForms, LinkChecks):
         if on_grant is not None:
             on_grant(granted)
         if self.medium is not None:  # on the air with every other transmitter
-            reception = self._reception("up", client, nbytes, key)
-            self._live[(client, key)] = reception
-            self._server.start([Transmission([reception], via=self._uplinks[client])])
-            ended = yield self._server.event_of(reception)
-            del self._live[(client, key)]
+            ended = yield self.start_upload(client, nbytes, key)
+            self.end_upload(client, key)
             if pool is not None:
                 yield pool.put(round(profile.bandwidth_hz))
             return granted, ended
@@ -416,6 +413,25 @@ class Network(ClosedForms, LinkChecks):
         if pool is not None:
             yield pool.put(round(profile.bandwidth_hz))
         return granted, reception
+
+    def start_upload(self, client: int, nbytes: int, key: tuple) -> simpy.Event:
+        """Put ``client``'s upload of ``nbytes`` on the medium now, on its own band; return
+        the event its reception's end fires (then call :meth:`end_upload`)."""
+        reception = self._reception("up", client, nbytes, key)
+        self._live[(client, key)] = reception
+        self._server.start([Transmission([reception], via=self._uplinks[client])])
+        return self._server.event_of(reception)
+
+    def end_upload(self, client: int, key: tuple) -> None:
+        """``client``'s upload under ``key`` (:meth:`start_upload`) has ended."""
+        del self._live[(client, key)]
+
+    def unhindered(self) -> bool:
+        """Whether every transfer goes straight on the air of a medium and is delivered:
+        several cells, each upload on its own band (no shared cell band, no allocation
+        pool) and no transfer deadline (so no failure and no retry)."""
+        return (self.medium is not None and self._shared is None and self._bands is None
+                and math.isinf(self.max_s))  # fmt: skip
 
     def _shared_upload(
         self, client: int, nbytes: int, key: tuple, on_grant: Callable[[float], None] | None

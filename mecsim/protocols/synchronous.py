@@ -46,6 +46,7 @@ from mecsim.executors import JobResult
 from mecsim.learning.state import Payload
 from mecsim.net.radio import Delivery
 from mecsim.protocols.bulk import bulk_downlink, compute_and_wait_clients
+from mecsim.protocols.chained_clients import chainable, chained_clients
 from mecsim.protocols.registry import register_protocol, uploading_task_index
 from mecsim.protocols.settings import ProtocolSettings
 
@@ -158,6 +159,9 @@ def caw_clients(
     failed. ``jobs``, if given, gets each client's process (alive while it works)."""
     deliveries = sim.downlink_transfers(round_, payloads)
     results = sim.execute(round_, payloads)
+    clients = list(payloads)
+    if jobs is None and chainable(sim, deliveries, clients):
+        return (yield from chained_clients(sim, round_, clients, deliveries, results, arrived))
     procs = [
         sim.env.process(_caw_client(sim, round_, deliveries.get(c), results[c], arrived))
         for c in payloads
