@@ -284,7 +284,9 @@ class ExecutionConfig(Section):
     bulk_rounds: bool = Field(
         default=True,
         description="compute-and-wait rounds on static links run their clients in bulk "
-        "(numpy; same tables as one process per client); false: always one process each",
+        "(numpy), and on a medium of several cells where no transfer can fail or wait as "
+        "chains of callbacks (same tables as one process per client); false: always one "
+        "process each",
     )
     accuracy_curve: list[tuple[float, float]] | None = Field(
         default=None,

@@ -4,21 +4,19 @@ This is the one place a transfer's duration and energy come from; the
 simulator asks it and records what it answers. The physics (see docs/design.md,
 "Physical layer"):
 
-* **Downlink**: the server has one transmitter (``network.downlink``
-  bandwidth and power). Transmissions active at once share it equally, power
-  in proportion to bandwidth (constant PSD), re-divided as they end
-  (:class:`~mecsim.channels.sharing.SharedTransmitter`). A broadcast is one
-  transmission to many receivers: rateless decoding by default (each at its
-  own rate), or ``broadcast_rate = "worst"``. Unicast payloads are one
-  transmission each. Transmissions every protocol starts (synchronous
-  rounds, asynchronous jobs, the public split) go through the same radio;
-  broadcasts of the same payload started at the same instant are one.
-* **Uplink**: FDMA; each client transmits on its own bandwidth at its own
-  power. With ``network.uplink.total_bandwidth_mhz`` the cell's band is
-  finite: an upload waits (first come, first served) until its bandwidth is free,
-  or, under ``network.uplink.allocation``, shares the band with the uploads on the
-  air (:class:`~mecsim.channels.sharing.SharedUplink`); ``network.uplink.power``
-  sets each upload's power within the client's maximum.
+* **Downlink**: the server has one transmitter (``network.downlink`` bandwidth and
+  power). Transmissions active at once share it equally, power in proportion to
+  bandwidth (constant PSD), re-divided as they end
+  (:class:`~mecsim.channels.sharing.SharedTransmitter`). A broadcast is one transmission
+  to many receivers: rateless decoding by default (each at its own rate), or
+  ``broadcast_rate = "worst"``. Unicast payloads are one transmission each. Every
+  protocol's transmissions (synchronous rounds, asynchronous jobs, the public split) go
+  through the same radio; broadcasts of one payload started at one instant are one.
+* **Uplink**: FDMA; each client transmits on its own bandwidth at its own power. With
+  ``network.uplink.total_bandwidth_mhz`` the cell's band is finite: an upload waits (first
+  come, first served) until its bandwidth is free, or, under ``network.uplink.allocation``,
+  shares the band with the uploads on the air (:class:`~mecsim.channels.sharing.SharedUplink`);
+  ``network.uplink.power`` sets each upload's power within the client's maximum.
 * **Fading**: block fading, a new draw every ``network.coherence_ms`` from the
   stream ``(seed, "fading", direction, client, job, attempt)``; below
   ``network.min_snr_db`` a block carries nothing; a transfer unfinished after
@@ -27,9 +25,9 @@ simulator asks it and records what it answers. The physics (see docs/design.md,
   client's uplink share one :class:`~mecsim.channels.medium.Medium`: a reception
   hears the co-channel transmitters of other cells while they transmit, and each
   cell broadcasts to the clients associated with it.
-* **Energy**: a client's transmit power over its upload; its receive power
-  over its download; the server's power over each transmission, split like
-  its band (the sum over transmissions is full power x busy time).
+* **Energy**: a client's transmit power over its upload; its receive power over its
+  download; the server's power over each transmission, split like its band (the sum
+  over transmissions is full power x busy time).
 """
 
 from __future__ import annotations
@@ -403,7 +401,6 @@ class Network(ClosedForms, LinkChecks):
             on_grant(granted)
         if self.medium is not None:  # on the air with every other transmitter
             ended = yield self.start_upload(client, nbytes, key)
-            self.end_upload(client, key)
             if pool is not None:
                 yield pool.put(round(profile.bandwidth_hz))
             return granted, ended
@@ -416,20 +413,17 @@ class Network(ClosedForms, LinkChecks):
 
     def start_upload(self, client: int, nbytes: int, key: tuple) -> simpy.Event:
         """Put ``client``'s upload of ``nbytes`` on the medium now, on its own band; return
-        the event its reception's end fires (then call :meth:`end_upload`)."""
+        the event its reception's end fires (first of all, it stops counting as live)."""
         reception = self._reception("up", client, nbytes, key)
         self._live[(client, key)] = reception
         self._server.start([Transmission([reception], via=self._uplinks[client])])
-        return self._server.event_of(reception)
-
-    def end_upload(self, client: int, key: tuple) -> None:
-        """``client``'s upload under ``key`` (:meth:`start_upload`) has ended."""
-        del self._live[(client, key)]
+        ended = self._server.event_of(reception)
+        ended.callbacks.append(lambda _: self._live.pop((client, key)))
+        return ended
 
     def unhindered(self) -> bool:
-        """Whether every transfer goes straight on the air of a medium and is delivered:
-        several cells, each upload on its own band (no shared cell band, no allocation
-        pool) and no transfer deadline (so no failure and no retry)."""
+        """Whether every transfer goes on a medium's air at once and is delivered: own uplink
+        bands (no shared cell band, no allocation pool), no transfer deadline."""
         return (self.medium is not None and self._shared is None and self._bands is None
                 and math.isinf(self.max_s))  # fmt: skip
 

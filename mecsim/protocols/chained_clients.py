@@ -109,14 +109,11 @@ class _Chain:
             return
         nbytes, key, granted = payload_nbytes(payload), upload_key(self.round, 0), sim.env.now
         sim.network.start_upload(client, nbytes, key).callbacks.append(  # type: ignore[union-attr]
-            lambda event: self._uploaded(event.value, payload, nbytes, key, granted)
+            lambda event: self._uploaded(event.value, payload, nbytes, granted)
         )
 
-    def _uploaded(
-        self, reception: object, payload: Payload, nbytes: int, key: tuple, granted: float
-    ) -> None:
+    def _uploaded(self, reception: object, payload: Payload, nbytes: int, granted: float) -> None:
         sim, client = self.sim, self.result.client
-        sim.network.end_upload(client, key)
         sim.record_upload(self.round, client, nbytes, granted, granted, reception, None)  # type: ignore[arg-type]
         sim.update_arrived(self.round, client)
         self.arrived.append(Upload(client, payload, sim.num_samples[client]))
