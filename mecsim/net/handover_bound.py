@@ -133,7 +133,7 @@ def evaluate(
     time: its squared distances to the ``stations`` and received powers (``power`` times
     the path gain of ``form``, ``squared_form``'s products), :func:`measure`'s A3 test,
     then its next check, ``k + 1`` plus :func:`quiet_ticks`' bound (none with ``reach``
-    <= 0, or if watched), at least the first tick after a break, written to
+    < 0, no speed bound, or if watched), at least the first tick after a break, written to
     ``next_check`` and to ``near_checks`` at its ``places``. Returns :func:`measure`'s."""
     n, cells = len(clients), len(stations)
     squared, received = np.empty(cells), np.empty(cells)
@@ -153,7 +153,7 @@ def evaluate(
             moved[m], source[m], target[m] = i, was, to
             m += 1
         check = k + 1
-        if reach > 0 and not watch:
+        if reach >= 0.0 and not watch:  # < 0: no speed bound
             check += _quiet(squared, was, ratio, reach, most)
         if busy_until[c] > t:  # in a break: measures nothing, so changes nothing, until it ends
             check = max(check, first_tick_from(busy_until[c], tick_s))
