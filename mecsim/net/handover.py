@@ -35,6 +35,7 @@ from typing import NamedTuple
 import numpy as np
 
 from mecsim.channels import LogDistancePathLoss
+from mecsim.channels.interference import compiled
 from mecsim.net.geometry import Cell
 from mecsim.net.mobility import Trajectories
 
@@ -51,14 +52,6 @@ def _bound() -> ModuleType:
     from mecsim.net import handover_bound
 
     return handover_bound
-
-
-@functools.cache
-def _kernels() -> ModuleType:
-    """:mod:`mecsim.channels.kernels` (numba), imported on first use."""
-    from mecsim.channels import kernels
-
-    return kernels
 
 
 class Handover(NamedTuple):
@@ -180,7 +173,7 @@ class HandoverSchedule:
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
         """Tick ``k`` for ``clients`` at (``x``, ``y``) in array passes (a path loss that
         is a power: numpy's); returns :func:`~mecsim.net.handover_bound.measure`'s."""
-        squared = _kernels().squared_distances(x, y, self._stations_xy)
+        squared = compiled().squared_distances(x, y, self._stations_xy)
         serving, watch = self.serving[clients], np.empty(len(clients), dtype=bool)
         gain = self.pathloss.gain_of_squared(squared)
         moved, source, target = _bound().measure(

@@ -11,8 +11,10 @@ events that tie in time keep their order and the tables are the process path's b
 for byte (``tests/protocols/test_chained_clients.py``). The radio, the handover
 recorder and the server stay SimPy processes and callbacks, interleaved as before;
 what the chain saves is each client's process, its start and end events and the
-generator frames every step resumes through. ``execution.bulk_rounds = false`` turns
-it off with the other bulk paths.
+generator frames every step resumes through. Nothing of a compute-and-wait round is
+under way when the server resumes, so, as in the bulk path, no cut-off records are kept
+(the processes' never fire). ``execution.bulk_rounds = false`` turns it off with the
+other bulk paths.
 """
 
 from __future__ import annotations

@@ -155,8 +155,10 @@ def caw_clients(
     jobs: dict[int, simpy.Process] | None = None,
 ) -> Process:
     """Send ``payloads`` down, run their clients' jobs, and let each client download, compute
-    and upload (its uploads go to ``arrived``), one process per client; return how many
-    failed. ``jobs``, if given, gets each client's process (alive while it works)."""
+    and upload (its uploads go to ``arrived``), one process per client (a chain of
+    callbacks where none can fail or wait, :mod:`~mecsim.protocols.chained_clients`);
+    return how many failed. ``jobs``, if given, gets each client's process (alive while
+    it works)."""
     deliveries = sim.downlink_transfers(round_, payloads)
     results = sim.execute(round_, payloads)
     clients = list(payloads)
