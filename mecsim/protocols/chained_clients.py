@@ -3,9 +3,9 @@
 Each selected client of a compute-and-wait round downloads, runs its tasks and uploads
 (:func:`~mecsim.protocols.synchronous.caw_clients`, one process per client). Where
 nothing in the round can fail or wait (no fault model, no job handles asked for, a
-:meth:`~mecsim.net.network.Network.unhindered` network, a delivery for every client),
-the same steps are a chain of callbacks: on the download's end event, on a timeout at
-each task's end, on the upload's end event. Each link schedules what the client's
+:meth:`~mecsim.net.network.Network.unhindered` network, a delivery for every client,
+every client idle), the same steps are a chain of callbacks: on the download's end
+event, on a timeout at each task's end, on the upload's end event. Each link schedules what the client's
 process would schedule, at the same point of the same step, in SimPy's own queue, so
 events that tie in time keep their order and the tables are the process path's byte
 for byte (``tests/protocols/test_chained_clients.py``). The radio, the handover
@@ -32,9 +32,11 @@ from mecsim.net.radio import Delivery
 
 
 def chainable(sim: Simulation, deliveries: dict[int, Delivery], clients: Sequence[int]) -> bool:
-    """Whether a round of ``clients`` with these ``deliveries`` may run as chains."""
+    """Whether a round of ``clients`` with these ``deliveries`` may run as chains (each idle
+    now, so no task of theirs waits for the device as :meth:`Computing.compute` would)."""
+    now = sim.env.now
     return (sim.bulk_rounds and sim.faults is None and sim.network.unhindered()
-            and all(c in deliveries for c in clients))  # fmt: skip
+            and all(c in deliveries and sim.busy_until[c] <= now for c in clients))  # fmt: skip
 
 
 def chained_clients(
