@@ -35,7 +35,7 @@ from mecsim.common.errors import ConfigError
 from mecsim.common.rng import torch_generator
 from mecsim.learning.cost import StepMeter
 from mecsim.learning.models.catalog import ModelCatalog
-from mecsim.learning.state import ModelState, Payload, TensorDict
+from mecsim.learning.state import ModelState, Payload, TensorDict, all_finite
 from mecsim.learning.training import (
     Loss,
     ModelFunction,
@@ -284,9 +284,10 @@ def check_payload(algorithm: Algorithm, hook: str, payload: object) -> None:
 
 def check_finite(task: Task, jobs: Sequence[ClientJob], outcomes: Sequence[TrainResult]) -> None:
     """Stop the run with a clear error when training made a model's weights non-finite."""
+    if all_finite(t for outcome in outcomes for t in outcome.state.params.values()):
+        return  # the usual case: one check of every job's weights
     for job, outcome in zip(jobs, outcomes, strict=True):
-        params = [t for t in outcome.state.params.values() if not t.is_meta]
-        if params and not all(bool(torch.isfinite(t).all()) for t in params):
+        if not all_finite(outcome.state.params.values()):
             who = "the server" if job.server else f"client {job.client}"
             raise ConfigError(
                 "algorithm.lr",

@@ -1,0 +1,50 @@
+"""all_finite: one read-back for many tensors, and every kind of non-finite found."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from mecsim.algorithms.base import Task
+from mecsim.common.errors import ConfigError
+from mecsim.executors.base import ClientJob, check_finite
+from mecsim.learning.state import ModelState, all_finite
+from mecsim.learning.training import TrainResult
+
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_a_single_non_finite_element_anywhere_is_found(device, bad, dtype):
+    tensors = [torch.randn(n, device=device, dtype=dtype) * 1e30 for n in (1, 7, 64, 1000)]
+    tensors.append(torch.arange(5, device=device))  # integers: always finite
+    tensors.append(torch.empty(0, device=device, dtype=dtype))
+    assert all_finite(tensors)
+    for which in range(4):
+        for position in (0, len(tensors[which]) - 1):
+            spoiled = [t.clone() for t in tensors]
+            spoiled[which][position] = bad
+            assert not all_finite(spoiled), (which, position)
+            assert all_finite(spoiled[:which] + spoiled[which + 1 :])
+
+
+def test_huge_finite_weights_are_not_taken_for_infinite():
+    assert all_finite([torch.full((10_000,), 3e38), torch.full((3,), -3e38)])
+    assert all_finite([])
+
+
+def test_check_finite_names_the_client_whose_weights_diverged():
+    task = Task("local", "model")
+
+    def outcome(value: float) -> TrainResult:
+        state = ModelState({"w": torch.full((4,), value), "b": torch.zeros(2)}, {})
+        return TrainResult(state, 1, 16)
+
+    jobs = [ClientJob(client=c, round=3, state=None, payload={}, indices={}) for c in (5, 9)]
+    check_finite(task, jobs, [outcome(1.0), outcome(2.0)])
+    with pytest.raises(ConfigError, match="round 3, client 9, task 'local'"):
+        check_finite(task, jobs, [outcome(1.0), outcome(math.nan)])
