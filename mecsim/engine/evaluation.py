@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import torch
 from torch import Tensor, nn
 
 from mecsim.algorithms.base import Algorithm, ClientState, ServerState
@@ -138,6 +139,7 @@ class Evaluator:
         shared_predictions = None
         accuracies = [math.nan] * min(len(client_states), len(self.local_test))
         own: dict[str, list[tuple[int, ModelState]]] = {}  # by architecture
+        hits: dict[int, Tensor] = {}  # each client's accuracy, on the device
         for client, (state, indices) in enumerate(
             zip(client_states, self.local_test, strict=False)
         ):
@@ -147,9 +149,7 @@ class Evaluator:
             if personal is generic:  # one shared model: predict the test pool once
                 if shared_predictions is None:
                     shared_predictions = predict(self.models.default.module, generic, self.x_test)
-                accuracies[client] = self._accuracy(
-                    shared_predictions[indices], self.y_test[indices]
-                )
+                hits[client] = self._hit_rate(shared_predictions[indices], self.y_test[indices])
             else:
                 own.setdefault(self.models.of(self.first_client + client).name, []).append(
                     (client, personal)
@@ -165,7 +165,10 @@ class Evaluator:
             else:
                 predicted = [predict(module, m, x) for m, x in zip(states, inputs, strict=True)]
             for (client, _), labels in zip(members, predicted, strict=True):
-                accuracies[client] = self._accuracy(labels, self.y_test[self.local_test[client]])
+                hits[client] = self._hit_rate(labels, self.y_test[self.local_test[client]])
+        if hits:  # read back once, not once per client
+            for client, value in zip(hits, torch.stack([*hits.values()]).tolist(), strict=True):
+                accuracies[client] = value
         mean, std = personal_mean(
             accuracies, self.weights, self.test_sizes, self.mean, selected, self.ddof
         )
@@ -203,10 +206,13 @@ class Evaluator:
         return batched
 
     @staticmethod
-    def _accuracy(predictions: Tensor, labels: Tensor) -> float:
-        if len(labels) == 0:
-            return math.nan
-        return float((predictions == labels).float().mean())
+    def _hit_rate(predictions: Tensor, labels: Tensor) -> Tensor:
+        """The share of right predictions, a float32 scalar on their device (NaN if none)."""
+        return (predictions == labels).float().mean()
+
+    @classmethod
+    def _accuracy(cls, predictions: Tensor, labels: Tensor) -> float:
+        return float(cls._hit_rate(predictions, labels)) if len(labels) else math.nan
 
 
 class CurveEvaluator:
