@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 
 from mecsim.algorithms.base import Task
 from mecsim.common.errors import ConfigError
 from mecsim.executors.base import ClientJob, check_finite
+from mecsim.learning import state
 from mecsim.learning.state import ModelState, all_finite
 from mecsim.learning.training import TrainResult
 
@@ -19,15 +21,18 @@ DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
-def test_a_single_non_finite_element_anywhere_is_found(device, bad, dtype):
+@pytest.mark.parametrize("chunk", [1 << 22, 50])  # one piece; pieces, and tensors alone
+def test_a_single_non_finite_element_anywhere_is_found(device, bad, dtype, chunk, monkeypatch):
+    monkeypatch.setattr(state, "FINITE_CHUNK", chunk)
     tensors = [torch.randn(n, device=device, dtype=dtype) * 1e30 for n in (1, 7, 64, 1000)]
+    tensors.insert(1, torch.randn(6, 4, device=device, dtype=dtype).t())  # not contiguous
     tensors.append(torch.arange(5, device=device))  # integers: always finite
     tensors.append(torch.empty(0, device=device, dtype=dtype))
     assert all_finite(tensors)
-    for which in range(4):
-        for position in (0, len(tensors[which]) - 1):
+    for which in range(5):
+        for position in (0, tensors[which].numel() - 1):
             spoiled = [t.clone() for t in tensors]
-            spoiled[which][position] = bad
+            spoiled[which][np.unravel_index(position, spoiled[which].shape)] = bad
             assert not all_finite(spoiled), (which, position)
             assert all_finite(spoiled[:which] + spoiled[which + 1 :])
 
