@@ -205,41 +205,46 @@ def state_nbytes(state: object) -> int:
     return total
 
 
-FINITE_CHUNK = 1 << 22
-"""Elements per concatenated piece :func:`all_finite` checks at once (16 MB in float32)."""
+FINITE_CHUNK = 1 << 16
+"""Tensors of fewer elements are checked by :func:`all_finite` in concatenated pieces of
+about this many, larger ones alone (a concatenation would copy them)."""
 
 
 def all_finite(tensors: Iterable[Tensor]) -> bool:
     """Whether every element of every tensor is finite, read back from the device once.
 
-    Small tensors are checked in concatenated pieces of about :data:`FINITE_CHUNK`
-    elements, one per device and dtype, large ones alone: a check of many clients'
-    weights costs a few kernels and one synchronisation per device, not two kernels
-    and a synchronisation per tensor.
+    Each large tensor, and each concatenated piece of small ones (per device and
+    dtype), is reduced to its least and greatest element (``aminmax``: one read, no
+    copy; NaN propagates, infinities are extremes), and all of them are tested at once:
+    a check of many clients' weights costs one reduction per large tensor and one
+    synchronisation per device, not two kernels and a synchronisation per tensor.
     """
     pending: dict[tuple[torch.device, torch.dtype], list[Tensor]] = {}
     held: dict[tuple[torch.device, torch.dtype], int] = {}
-    flags: dict[torch.device, list[Tensor]] = {}
+    extremes: dict[torch.device, list[Tensor]] = {}
 
-    def check(device: torch.device, pieces: list[Tensor]) -> None:
+    def reduce(device: torch.device, pieces: list[Tensor]) -> None:
         whole = pieces[0] if len(pieces) == 1 else torch.cat(pieces)
-        flags.setdefault(device, []).append(torch.isfinite(whole).all())
+        extremes.setdefault(device, []).extend(torch.aminmax(whole))
 
     for t in tensors:
         if not t.is_floating_point() or t.is_meta or not t.numel():
             continue
         if t.numel() >= FINITE_CHUNK:
-            check(t.device, [t.reshape(-1)])
+            reduce(t.device, [t])
             continue
         key = (t.device, t.dtype)
         group = pending.setdefault(key, [])
         group.append(t.reshape(-1))
         held[key] = held.get(key, 0) + t.numel()
         if held[key] >= FINITE_CHUNK:
-            check(t.device, group)
+            reduce(t.device, group)
             group.clear()
             held[key] = 0
     for (device, _), group in pending.items():
         if group:
-            check(device, group)
-    return all(bool(torch.stack(found).all()) for found in flags.values())
+            reduce(device, group)
+    return all(
+        bool(torch.isfinite(torch.stack([e.float() for e in found])).all())
+        for found in extremes.values()
+    )
