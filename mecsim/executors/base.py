@@ -284,8 +284,9 @@ def check_payload(algorithm: Algorithm, hook: str, payload: object) -> None:
 
 def check_finite(task: Task, jobs: Sequence[ClientJob], outcomes: Sequence[TrainResult]) -> None:
     """Stop the run with a clear error when training made a model's weights non-finite."""
-    if all_finite(t for outcome in outcomes for t in outcome.state.params.values()):
-        return  # the usual case: one check of every job's weights
+    weights = (t for outcome in outcomes for t in outcome.state.params.values())
+    if all_finite(weights, through_bases=True):
+        return  # the usual case: one check of every job's weights (batched: their stacks)
     for job, outcome in zip(jobs, outcomes, strict=True):
         if not all_finite(outcome.state.params.values()):
             who = "the server" if job.server else f"client {job.client}"

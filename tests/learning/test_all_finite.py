@@ -53,3 +53,24 @@ def test_check_finite_names_the_client_whose_weights_diverged():
     check_finite(task, jobs, [outcome(1.0), outcome(2.0)])
     with pytest.raises(ConfigError, match="round 3, client 9, task 'local'"):
         check_finite(task, jobs, [outcome(1.0), outcome(math.nan)])
+
+
+def test_through_bases_checks_each_stack_once_and_never_misses():
+    stacked = torch.randn(6, 4, 3)
+    rows = stacked.detach()[:5].unbind()  # as the batched trainer sets clients aside
+    again = stacked.detach()[5:].unbind()  # a second alias of the same memory
+    assert len(state._distinct_bases([*rows, *again])) == 1
+    assert all_finite(rows, through_bases=True)
+    stacked[2, 1, 0] = math.nan
+    assert not all_finite(rows, through_bases=True) and not all_finite(rows)
+    stacked[2, 1, 0] = 0.0
+    stacked[5, 0, 0] = math.inf  # outside the rows asked about: only the exact answer is True
+    assert not all_finite(rows, through_bases=True) and all_finite(rows)
+
+
+def test_check_finite_is_exact_where_a_stack_holds_a_non_finite_outside_the_jobs():
+    stacked = torch.zeros(3, 4)
+    stacked[2, 0] = math.nan  # a row no job returned
+    outcomes = [TrainResult(ModelState({"w": row}, {}), 1, 16) for row in stacked[:2].unbind()]
+    jobs = [ClientJob(client=c, round=0, state=None, payload={}, indices={}) for c in (0, 1)]
+    check_finite(Task("local", "model"), jobs, outcomes)  # no error: both jobs are finite
