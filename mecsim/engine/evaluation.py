@@ -136,7 +136,7 @@ class Evaluator:
             generic_acc = self._accuracy(
                 predict(self.models.default.module, generic, self.x_test[:n]), self.y_test[:n]
             )
-        shared_predictions = None
+        shared_right = None  # the shared model's right answers over the test pool, 0 / 1
         accuracies = [math.nan] * min(len(client_states), len(self.local_test))
         own: dict[str, list[tuple[int, ModelState]]] = {}  # by architecture
         hits: dict[int, Tensor] = {}  # each client's accuracy, on the device
@@ -146,10 +146,11 @@ class Evaluator:
             personal = algorithm.personal_model(state, server_state)
             if personal is None:
                 continue
-            if personal is generic:  # one shared model: predict the test pool once
-                if shared_predictions is None:
-                    shared_predictions = predict(self.models.default.module, generic, self.x_test)
-                hits[client] = self._hit_rate(shared_predictions[indices], self.y_test[indices])
+            if personal is generic:  # one shared model: predict and score the test pool once
+                if shared_right is None:
+                    labels = predict(self.models.default.module, generic, self.x_test)
+                    shared_right = (labels == self.y_test).float()
+                hits[client] = shared_right[indices].mean()  # the same 0 / 1 vector's mean
             else:
                 own.setdefault(self.models.of(self.first_client + client).name, []).append(
                     (client, personal)
