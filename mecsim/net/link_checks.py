@@ -65,7 +65,7 @@ class LinkChecks:
         outage = (up < self.outage_sinr(self.config.uplink)) | (
             down < self.outage_sinr(self.config.downlink)
         )
-        bad = np.flatnonzero((np.minimum(up_rate, down_rate) <= 0) | (~fading & outage))
+        bad = np.flatnonzero((np.minimum(up_rate, down_rate) <= 0) | (outage & (not fading)))
         if len(bad):  # the first such client
             i = int(bad[0])
             c = self.clients[i]
