@@ -45,8 +45,13 @@ def weighted_average(payloads: Sequence[Payload], weights: Sequence[float]) -> P
         firsts = [holders[0][0][k] for k in group]
         sizes = [t.numel() for t in firsts]
         mean = torch.zeros(sum(sizes), dtype=torch.float64, device=firsts[0].device)
+        shapes = [t.shape for t in firsts]
         for payload, weight in holders:  # a running sum: memory of one model, not of K
-            flat = torch.cat([payload[k].reshape(-1) for k in group])
+            parts = [payload[k] for k in group]
+            if [t.shape for t in parts] != shapes:  # flat sums would hide a mismatch
+                bad = next(k for k, t, s in zip(group, parts, shapes, strict=True) if t.shape != s)
+                raise ValueError(f"payloads disagree on the shape of {bad!r}")
+            flat = torch.cat([t.reshape(-1) for t in parts])
             mean.add_(flat, alpha=weight / total)  # in float64, as the sum
         for key, first, part in zip(group, firsts, mean.split(sizes), strict=True):
             part = part.view(first.shape)
