@@ -27,6 +27,8 @@ timeout "${CNN_S:-160}" python3 benchmarks/bench_local_training.py --device cuda
 timeout "${RESNET_S:-100}" python3 benchmarks/bench_local_training.py --device cuda \
     --models resnet18 --clients 10 100 --resnet-steps 5 --resnet-max-clients 100 --batch 10 \
     --serial-max-clients 10 --repeat 1 --profile "${PROFILE_ROWS:-0}" >"$OUT/bench_resnet.log" 2>&1
+timeout "${PHASES_S:-40}" python3 benchmarks/bench_batched_phases.py --device cuda \
+    --clients 1000 >"$OUT/phases.log" 2>&1
 # the quickstart as it is (30 rounds), its clients scaled; mnist-5k has data for 1,000
 timeout "${QUICK_S:-240}" python3 benchmarks/bench_device_quickstart.py --clients 200 1000 \
     --set data.dataset=mnist-5k --set data.partition=iid >"$OUT/quickstart.log" 2>&1
@@ -40,4 +42,5 @@ echo "=== summary"
 grep -E "passed|failed|error" "$OUT/tests.log" | tail -3
 grep -vE "^chosen|^ *$" "$OUT/bench_cnn.log" | tail -6
 grep -vE "^chosen|^ *$" "$OUT/bench_resnet.log" | tail -4
+cat "$OUT/phases.log"
 tail -5 "$OUT/quickstart.log"
