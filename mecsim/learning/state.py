@@ -235,6 +235,8 @@ def all_finite(tensors: Iterable[Tensor], *, through_bases: bool = False) -> boo
         extremes.setdefault(device, []).extend(torch.aminmax(whole))
 
     for t in tensors:
+        if t.is_complex():  # finite when both parts are
+            t = torch.view_as_real(t)
         if not t.is_floating_point() or t.is_meta or not t.numel():
             continue
         if t.numel() >= FINITE_CHUNK:

@@ -74,3 +74,12 @@ def test_check_finite_is_exact_where_a_stack_holds_a_non_finite_outside_the_jobs
     outcomes = [TrainResult(ModelState({"w": row}, {}), 1, 16) for row in stacked[:2].unbind()]
     jobs = [ClientJob(client=c, round=0, state=None, payload={}, indices={}) for c in (0, 1)]
     check_finite(Task("local", "model"), jobs, outcomes)  # no error: both jobs are finite
+
+
+def test_complex_tensors_are_finite_only_when_both_parts_are():
+    z = torch.zeros(4, dtype=torch.complex64)
+    assert all_finite([z])
+    for bad in (complex(math.nan, 0), complex(0, math.inf)):
+        spoiled = z.clone()
+        spoiled[2] = bad
+        assert not all_finite([spoiled]) and not all_finite([spoiled], through_bases=True)
