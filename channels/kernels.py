@@ -13,9 +13,11 @@ Compiled on first use and cached beside this file (``cache=True``).
 from __future__ import annotations
 
 import math
+import types
+from collections.abc import Callable
 
 import numpy as np
-from numba import njit
+from numba import njit, prange
 
 NO_CAP = np.zeros(0)
 """:func:`refresh`'s ``cap`` when the rates have none."""
@@ -35,8 +37,7 @@ def link_rate(
     return efficiency * b, sinr
 
 
-@njit(cache=True)
-def integrate(
+def _integrate(
     rows: np.ndarray, gain_row: np.ndarray, ev_col: np.ndarray, gains: np.ndarray,
     co: np.ndarray, width: np.ndarray, ev_t: np.ndarray, ev_tx: np.ndarray,
     ev_sign: np.ndarray, ev_cell: np.ndarray, n: int, t: float,
@@ -51,8 +52,9 @@ def integrate(
     event ``k``, at the interference after it: the held interference plus, per such event,
     ``gains[ev_col[k], gain_row[i]] * sign * min(1, b / width[tx])`` (an event of a cell
     not co-channel changes nothing: the piece goes on). Updates ``remaining``,
-    ``sinr_time`` and ``heard`` in place."""
-    for i in range(len(rows)):
+    ``sinr_time`` and ``heard`` in place. Rows are independent: :data:`integrate_parallel`
+    spreads them over numba's threads with the same arithmetic per row."""
+    for i in prange(len(rows)):  # a range where compiled without parallel
         r = rows[i]
         k = at[r]
         since = anchor[r]  # the piece under way began here, at the rate held
@@ -76,6 +78,19 @@ def integrate(
         remaining[r] -= bits
         sinr_time[r] += quality
         heard[r] = h
+
+
+def _named(function: Callable, name: str) -> Callable:
+    """``function`` under another name: numba caches a compiled function by its name, so
+    two compilations of one source (serial, parallel) need two."""
+    twin = types.FunctionType(function.__code__, function.__globals__, name,
+                              function.__defaults__, function.__closure__)  # fmt: skip
+    twin.__qualname__, twin.__doc__ = name, function.__doc__
+    return twin
+
+
+integrate = njit(cache=True)(_named(_integrate, "integrate"))
+integrate_parallel = njit(cache=True, parallel=True)(_named(_integrate, "integrate_parallel"))
 
 
 @njit(cache=True)

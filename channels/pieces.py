@@ -79,7 +79,7 @@ class Pieces:
         """``rows`` (one direction) up to ``t``: one piece from each anchor to the next
         event (or to ``t``, with no event since), then one per event, the interference
         after each the running sum of the events' contributions (a compiled loop,
-        :func:`~mecsim.channels.kernels.integrate`)."""
+        :func:`~mecsim.channels.kernels.integrate`, its rows spread over numba's threads)."""
         a = self.slots.a
         if self.slots.any_worst and self.slots.worst[rows].any():  # multicasts share pieces
             still = a["at"][rows] >= log.n
@@ -108,7 +108,7 @@ class Pieces:
             gain_row, ev_col = np.arange(len(rows)), np.zeros(log.n, np.int64)
             ev_col[first:] = np.searchsorted(radios, ev_tx)
             gains = gains.T  # [radio x row], as the uplinks' [transmitter x station]
-        kernels.integrate(rows, gain_row, ev_col, np.ascontiguousarray(gains), co, self._width(),
+        kernels.integrate_parallel(rows, gain_row, ev_col, np.ascontiguousarray(gains), co, self._width(),
                           log.t, log.tx, log.sign, log.cell, log.n, t, a["at"], a["anchor"],
                           a["heard"], a["rate"], a["sinr"], a["remaining"], a["sinr_time"],
                           a["rx_cell"], a["share_b"], a["share_p"],

@@ -12,13 +12,16 @@ sample of ``/proc/stat`` at the start (at least one).
 The count changes the rounding of training's float reductions, so accuracies
 of runs with different counts may differ in the last digits; simulated
 times, bytes and the events table never do. Set a number for bit-identical
-accuracies across machines and loads; ``summary.json`` records the count.
+accuracies across machines and loads; ``summary.json`` records the count. The event
+medium's parallel loops (numba) take the same count; their rows are independent, so
+their results do not depend on it.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import sys
 import time
 from collections.abc import Callable
 
@@ -95,4 +98,16 @@ def apply_threads(setting: int | str) -> int:
         )
     if torch.get_num_threads() != threads:
         torch.set_num_threads(threads)
+    _numba_threads(threads)
     return threads
+
+
+def _numba_threads(threads: int) -> None:
+    """The same count for the event medium's parallel loops (numba), without importing
+    numba where the run does not: read when it is imported, else set (this thread's;
+    at most the count numba started with)."""
+    numba = sys.modules.get("numba")
+    if numba is None:
+        os.environ["NUMBA_NUM_THREADS"] = str(threads)
+    else:
+        numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))

@@ -265,3 +265,33 @@ def test_downlink_interference_of_moving_clients_is_the_numpy_sum_to_the_bit():
     expected = (g * np.minimum(1.0, share_b[:, None] / width[None, :])).sum(axis=1)
     got = kernels.radios_heard(clients, rx_cell, share_b, table, columns, sender_cell, width, co)
     assert np.array_equal(got, expected)
+
+
+def test_the_parallel_integration_is_the_serial_one_bit_for_bit():
+    """Rows are independent, so spreading them over threads changes no result."""
+    rng = np.random.default_rng(3)
+    rows_total, events, stations, senders = 3000, 40, 7, 60
+    rows = rng.permutation(rows_total)[:2500].astype(np.int64)
+
+    def columns() -> list[np.ndarray]:
+        r = np.random.default_rng(4)
+        heard, rate, sinr, remaining = (r.random(rows_total) * s for s in (1e-13, 1e7, 2.0, 1e8))
+        return [r.integers(0, events, rows_total), np.zeros(rows_total), heard, rate, sinr,
+                remaining, np.zeros(rows_total),
+                r.integers(0, stations, rows_total), r.random(rows_total) * 1e6,
+                r.random(rows_total) * 0.2, np.full(rows_total, 4e-21), r.random(rows_total),
+                r.random(rows_total) * 1e-9, r.random(rows_total) * 1e-15,
+                np.where(r.random(rows_total) < 0.3, 2.0, math.nan), r.random(rows_total)]  # fmt: skip
+
+    ev_tx = rng.integers(0, senders, events)
+    fixed = (rows, rng.integers(0, stations, len(rows)), ev_tx, rng.random((senders, stations)),
+             rng.random((stations, stations)) < 0.8, rng.random(senders) * 2e6,
+             np.sort(rng.random(events)), ev_tx, rng.choice([-1.0, 1.0], events),
+             rng.integers(0, stations, events), events, 1.5)  # fmt: skip
+    serial, parallel = columns(), columns()
+    kernels.integrate(*fixed, *serial)
+    kernels.integrate_parallel(*fixed, *parallel)
+
+    for a, b in zip(serial, parallel, strict=True):
+        assert np.array_equal(a, b, equal_nan=True)
+    assert not np.array_equal(serial[5], columns()[5])  # the rows' bits did move
