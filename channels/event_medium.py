@@ -130,7 +130,8 @@ class EventMedium(Medium, Pieces):
             board = self._board = StationBoard(self._tick, self._gains, log.n, len(senders),
                                                bands, ends, full, scaled)  # fmt: skip
         stations, gains = self._station_gains(log.tx[board.first : log.n])
-        return kernels.station_heard(
+        heard = kernels.by_rows(len(rx_cell), kernels.station_heard, kernels.station_heard_parallel)
+        return heard(
             np.searchsorted(stations, rx_cell), rx_cell, band, board.bands, board.ends, board.full,
             board.scaled, gains, co, self._width(), log.tx, log.sign, log.cell, board.first, log.n,
         )  # fmt: skip
@@ -233,9 +234,10 @@ class EventMedium(Medium, Pieces):
         rows = self._groups(rows)
         a = self.slots.a
         fields = self._row_columns(_REFRESHED)
-        kernels.refresh(rows, t, *fields, kernels.NO_CAP)
+        refresh = kernels.by_rows(len(rows), kernels.refresh, kernels.refresh_parallel)
+        refresh(rows, t, *fields, kernels.NO_CAP)
         if self.slots.any_worst and self.slots.worst[rows].any():
-            kernels.refresh(rows, t, *fields, self._group_min(rows, a["rate"][rows]))
+            refresh(rows, t, *fields, self._group_min(rows, a["rate"][rows]))
         self._queue.push(rows, a["key"], a["stamp"], self.slots.live)
 
     def _row_columns(self, names: tuple[str, ...]) -> tuple:
@@ -356,8 +358,9 @@ class EventMedium(Medium, Pieces):
         if self._station_xy is None:
             self._station_xy = np.asarray(self.motion.cells, dtype=float).reshape(-1, 2)
         cx, cy = self._client_xy(a["client"][index])
-        d = kernels.aim(index, self.slots.up, a["client"], a["tx"], self.serving,
-                        self._station_xy, *self._sites()[:2], cx, cy, a["rx"], a["ry"])  # fmt: skip
+        aim = kernels.by_rows(len(index), kernels.aim, kernels.aim_parallel)
+        d = aim(index, self.slots.up, a["client"], a["tx"], self.serving, self._station_xy,
+                *self._sites()[:2], cx, cy, a["rx"], a["ry"])  # fmt: skip
         a["path_gain"][index] = self.gain(d)
 
     def _new_tick(self, k: int, t: float) -> None:

@@ -258,8 +258,10 @@ class Interference:
             missing, clients = kernels.claim_senders(columns, stamp, self._tick, client,
                                                      self._placements())  # fmt: skip
             self._locate(clients)
-            kernels.fill_sender_gains(table, missing, x, y, client, self.client_x, self.client_y,
-                                      xy, power, *self.gain_form)  # fmt: skip
+            fill = kernels.by_rows(len(missing), kernels.fill_sender_gains,
+                                   kernels.fill_sender_gains_parallel)  # fmt: skip
+            fill(table, missing, x, y, client, self.client_x, self.client_y, xy, power,
+                 *self.gain_form)  # fmt: skip
             return cells, table
         missing = kernels.claim(columns, stamp, self._tick)  # each once, now stamped
         if len(missing):

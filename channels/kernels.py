@@ -89,12 +89,26 @@ def _named(function: Callable, name: str) -> Callable:
     return twin
 
 
-integrate = njit(cache=True)(_named(_integrate, "integrate"))
-integrate_parallel = njit(cache=True, parallel=True)(_named(_integrate, "integrate_parallel"))
+def _twins(function: Callable, name: str) -> tuple[Callable, Callable]:
+    """``function`` (a loop over independent rows written with ``prange``) compiled twice:
+    serial, and spread over numba's threads, with the same arithmetic per row."""
+    return (njit(cache=True)(_named(function, name)),
+            njit(cache=True, parallel=True)(_named(function, f"{name}_parallel")))  # fmt: skip
 
 
-@njit(cache=True)
-def refresh(
+PARALLEL_ROWS = 64
+"""From this many rows a loop's parallel twin is faster (2 us to start the threads)."""
+
+
+def by_rows(rows: int, serial: Callable, parallel: Callable) -> Callable:
+    """The twin for a loop over ``rows`` rows."""
+    return parallel if rows >= PARALLEL_ROWS else serial
+
+
+integrate, integrate_parallel = _twins(_integrate, "integrate")
+
+
+def _refresh(
     rows: np.ndarray, t: float, remaining: np.ndarray, bits: np.ndarray, done: float,
     heard: np.ndarray, share_b: np.ndarray, share_p: np.ndarray, noise_psd: np.ndarray,
     fade: np.ndarray, path_gain: np.ndarray, interference_w: np.ndarray,
@@ -108,7 +122,7 @@ def refresh(
     or its deadline passed) and the same with no interference from other cells (``key``;
     ``t`` for a row already done, at most ``done`` of its ``bits`` left, which ends at
     the next change point)."""
-    for i in range(len(rows)):
+    for i in prange(len(rows)):
         r = rows[i]
         link = (share_b[r], share_p[r], noise_psd[r], fade[r], path_gain[r],
                 interference_w[r], efficiency[r], min_sinr[r])  # fmt: skip
@@ -121,6 +135,9 @@ def refresh(
         key[r] = min(t + remaining[r] / best if best > 0 else math.inf, own)
         if remaining[r] <= done * bits[r]:
             key[r] = t
+
+
+refresh, refresh_parallel = _twins(_refresh, "refresh")
 
 
 @njit(cache=True)
@@ -165,8 +182,7 @@ def station_tables(
     return full, scaled, bands[:distinct], ends[:distinct]
 
 
-@njit(cache=True)
-def station_heard(
+def _station_heard(
     which: np.ndarray, rx_cell: np.ndarray, band: np.ndarray, bands: np.ndarray,
     ends: np.ndarray, full: np.ndarray, scaled: np.ndarray, gains: np.ndarray, co: np.ndarray,
     width: np.ndarray, ev_tx: np.ndarray, ev_sign: np.ndarray, ev_cell: np.ndarray,
@@ -180,7 +196,7 @@ def station_heard(
     or a narrower one) find the senders of band <= b in a search over a few bands."""
     m = full.shape[0] - 1
     out = np.empty(len(which))
-    for i in range(len(which)):
+    for i in prange(len(which)):
         w, b = which[i], band[i]
         j = np.searchsorted(bands, b, side="right")
         k = ends[j - 1] if j > 0 else 0
@@ -191,6 +207,9 @@ def station_heard(
                 h += gains[x, w] * ev_sign[e] * min(1.0, b / width[x])
         out[i] = h
     return out
+
+
+station_heard, station_heard_parallel = _twins(_station_heard, "station_heard")
 
 
 @njit(cache=True)
@@ -387,8 +406,7 @@ def fill_gains(
         _fill_row(table, rows[j], x[j], y[j], at, power, scale, reference2, half)
 
 
-@njit(cache=True)
-def fill_sender_gains(
+def _fill_sender_gains(
     table: np.ndarray, rows: np.ndarray, site_x: np.ndarray, site_y: np.ndarray,
     client: np.ndarray, client_x: np.ndarray, client_y: np.ndarray, at: np.ndarray,
     power: np.ndarray, scale: float, reference2: float, half: int,
@@ -396,10 +414,13 @@ def fill_sender_gains(
     """:func:`fill_gains` for transmitters ``rows`` where they are now: a moving uplink
     (``client[x] >= 0``) at its client's (``client_x``, ``client_y``), any other at its
     site."""
-    for j in range(len(rows)):
+    for j in prange(len(rows)):
         x, c = rows[j], client[rows[j]]
         px, py = (client_x[c], client_y[c]) if c >= 0 else (site_x[x], site_y[x])
         _fill_row(table, x, px, py, at, power, scale, reference2, half)
+
+
+fill_sender_gains, fill_sender_gains_parallel = _twins(_fill_sender_gains, "fill_sender_gains")
 
 
 @njit(cache=True)
@@ -424,8 +445,7 @@ def claim_senders(
     return tx[:m], clients[:n]
 
 
-@njit(cache=True)
-def aim(
+def _aim(
     index: np.ndarray, up: np.ndarray, client: np.ndarray, tx: np.ndarray,
     serving: np.ndarray, stations: np.ndarray, radio_x: np.ndarray, radio_y: np.ndarray,
     cx: np.ndarray, cy: np.ndarray, rx: np.ndarray, ry: np.ndarray,
@@ -435,7 +455,7 @@ def aim(
     client for a downlink from the radio of transmitter ``tx``) and the distance between
     the two ends, at least 1e-9 m (``Medium._aim``'s arithmetic)."""
     d = np.empty(len(index))
-    for i in range(len(index)):
+    for i in prange(len(index)):
         r = index[i]
         if up[r]:
             s = serving[client[r]]
@@ -446,3 +466,6 @@ def aim(
             rx[r], ry[r] = cx[i], cy[i]
         d[i] = max(np.hypot(fx - cx[i], fy - cy[i]), 1e-9)
     return d
+
+
+aim, aim_parallel = _twins(_aim, "aim")

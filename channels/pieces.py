@@ -108,11 +108,11 @@ class Pieces:
             gain_row, ev_col = np.arange(len(rows)), np.zeros(log.n, np.int64)
             ev_col[first:] = np.searchsorted(radios, ev_tx)
             gains = gains.T  # [radio x row], as the uplinks' [transmitter x station]
-        kernels.integrate_parallel(rows, gain_row, ev_col, np.ascontiguousarray(gains), co, self._width(),
-                          log.t, log.tx, log.sign, log.cell, log.n, t, a["at"], a["anchor"],
-                          a["heard"], a["rate"], a["sinr"], a["remaining"], a["sinr_time"],
-                          a["rx_cell"], a["share_b"], a["share_p"],
-                          *(a[f] for f in LINK))  # fmt: skip
+        integrate = kernels.by_rows(len(rows), kernels.integrate, kernels.integrate_parallel)
+        integrate(rows, gain_row, ev_col, np.ascontiguousarray(gains), co, self._width(), log.t,
+                  log.tx, log.sign, log.cell, log.n, t, a["at"], a["anchor"], a["heard"],
+                  a["rate"], a["sinr"], a["remaining"], a["sinr_time"], a["rx_cell"],
+                  a["share_b"], a["share_p"], *(a[f] for f in LINK))  # fmt: skip
 
     def _pieces(self, rows: np.ndarray, log: Log, t: float) -> None:
         """:meth:`_integrate` on a [row x event] grid, for multicasts at their lowest rate
