@@ -127,3 +127,17 @@ def test_the_compiled_search_gives_the_python_loops_tables_bit_for_bit(tiny, mon
     python = mecsim.run(tiny, settings, write=False).events
     assert len(rounds) > 100 and rounds.count(0) > 0.5 * len(rounds)  # it did the work
     pd.testing.assert_frame_equal(compiled, python, check_exact=True)
+
+
+def test_the_parallel_row_loops_give_the_serial_ones_tables_bit_for_bit(tiny, monkeypatch):
+    # kernels.by_rows hands loops over many rows to their parallel twins; rows are
+    # independent, so which twin runs, and on how many threads, changes no table
+    from mecsim.channels import kernels
+
+    settings = [*MOVING, "clients.count=150", 'network.medium="event"']
+    monkeypatch.setattr(kernels, "PARALLEL_ROWS", 10**9)
+    serial = mecsim.run(tiny, [*settings, "execution.threads=1"], write=False).events
+    monkeypatch.setattr(kernels, "PARALLEL_ROWS", 1)
+    for threads in (1, 2):
+        spread = mecsim.run(tiny, [*settings, f"execution.threads={threads}"], write=False)
+        pd.testing.assert_frame_equal(spread.events, serial, check_exact=True)
