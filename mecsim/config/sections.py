@@ -228,8 +228,9 @@ class ExecutionConfig(Section):
 
     threads: int | Literal["auto"] = Field(
         default="auto",
-        description="torch CPU threads: a number, or 'auto' (the CPUs this process may use, "
-        "shared among parallel sweep workers, at most the CPUs found idle at the start)",
+        description="CPU threads of torch and of the event medium's compiled loops: a number, "
+        "or 'auto' (the CPUs this process may use, shared among parallel sweep workers, at "
+        "most the CPUs found idle at the start)",
     )
 
     @field_validator("threads")
