@@ -19,14 +19,14 @@ other bulk paths.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import simpy
 
 from mecsim.algorithms.base import Task, Upload
 from mecsim.engine.simulation import Process, Simulation
 from mecsim.executors import JobResult
-from mecsim.learning.state import Payload, payload_nbytes
+from mecsim.learning.state import Payload, by_identity, payload_nbytes
 from mecsim.net.network import upload_key
 from mecsim.net.radio import Delivery
 
@@ -53,8 +53,9 @@ def chained_clients(
     done = sim.env.event()
     count = [len(clients)]
     tasks = sim.tasks(round_)
+    size = by_identity(payload_nbytes)  # cost-only clients of a class share one payload
     for c in clients:  # in the order the processes would start
-        _Chain(sim, round_, deliveries[c], results[c], tasks, arrived, count, done)
+        _Chain(sim, round_, deliveries[c], results[c], tasks, arrived, count, done, size)
     yield done
     return 0
 
@@ -62,7 +63,7 @@ def chained_clients(
 class _Chain:
     """One client's download -> tasks -> upload (``synchronous._caw_client``'s steps)."""
 
-    __slots__ = ("sim", "round", "result", "nbytes", "run", "arrived", "count", "done")
+    __slots__ = ("sim", "round", "result", "nbytes", "run", "arrived", "count", "done", "size")
 
     def __init__(
         self,
@@ -74,8 +75,10 @@ class _Chain:
         arrived: list[Upload],
         count: list[int],
         done: simpy.Event,
+        size: Callable[[Payload], int],
     ) -> None:
         self.sim, self.round, self.result, self.nbytes = sim, round_, result, delivery.nbytes
+        self.size = size
         self.run = [t for t in tasks if t.name in result.task_flops]
         self.arrived, self.count, self.done = arrived, count, done
         delivery.done.callbacks.append(self._downloaded)  # type: ignore[union-attr]
@@ -111,7 +114,7 @@ class _Chain:
         if payload is None:
             self._finish()
             return
-        nbytes, key, granted = payload_nbytes(payload), upload_key(self.round, 0), sim.env.now
+        nbytes, key, granted = self.size(payload), upload_key(self.round, 0), sim.env.now
         sim.network.start_upload(client, nbytes, key).callbacks.append(  # type: ignore[union-attr]
             lambda event: self._uploaded(event.value, payload, nbytes, granted)
         )
