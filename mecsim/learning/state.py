@@ -217,7 +217,7 @@ def all_finite(tensors: Iterable[Tensor], *, through_bases: bool = False) -> boo
     dtype), is reduced to its least and greatest element (``aminmax``: one read, no
     copy; NaN propagates, infinities are extremes), and all of them are tested at once:
     a check of many clients' weights costs one reduction per large tensor and one
-    synchronisation per device, not two kernels and a synchronisation per tensor.
+    synchronisation per device and dtype, not two kernels and a synchronisation per tensor.
 
     ``through_bases``: a view is checked through the tensor it views, each such base
     once (the batched trainer's clients are rows of a few stacked tensors): it never
@@ -228,35 +228,32 @@ def all_finite(tensors: Iterable[Tensor], *, through_bases: bool = False) -> boo
         tensors = _distinct_bases(tensors)
     pending: dict[tuple[torch.device, torch.dtype], list[Tensor]] = {}
     held: dict[tuple[torch.device, torch.dtype], int] = {}
-    extremes: dict[torch.device, list[Tensor]] = {}
+    extremes: dict[tuple[torch.device, torch.dtype], list[Tensor]] = {}  # in their own dtype
 
-    def reduce(device: torch.device, pieces: list[Tensor]) -> None:
+    def reduce(key: tuple[torch.device, torch.dtype], pieces: list[Tensor]) -> None:
         whole = pieces[0] if len(pieces) == 1 else torch.cat(pieces)
-        extremes.setdefault(device, []).extend(torch.aminmax(whole))
+        extremes.setdefault(key, []).extend(torch.aminmax(whole))
 
     for t in tensors:
         if t.is_complex():  # finite when both parts are
             t = torch.view_as_real(t)
         if not t.is_floating_point() or t.is_meta or not t.numel():
             continue
-        if t.numel() >= FINITE_CHUNK:
-            reduce(t.device, [t])
-            continue
         key = (t.device, t.dtype)
+        if t.numel() >= FINITE_CHUNK:
+            reduce(key, [t])
+            continue
         group = pending.setdefault(key, [])
         group.append(t.reshape(-1))
         held[key] = held.get(key, 0) + t.numel()
         if held[key] >= FINITE_CHUNK:
-            reduce(t.device, group)
+            reduce(key, group)
             group.clear()
             held[key] = 0
-    for (device, _), group in pending.items():
+    for key, group in pending.items():
         if group:
-            reduce(device, group)
-    return all(
-        bool(torch.isfinite(torch.stack([e.float() for e in found])).all())
-        for found in extremes.values()
-    )
+            reduce(key, group)
+    return all(bool(torch.isfinite(torch.stack(found)).all()) for found in extremes.values())
 
 
 def _distinct_bases(tensors: Iterable[Tensor]) -> list[Tensor]:

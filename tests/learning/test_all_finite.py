@@ -83,3 +83,10 @@ def test_complex_tensors_are_finite_only_when_both_parts_are():
         spoiled = z.clone()
         spoiled[2] = bad
         assert not all_finite([spoiled]) and not all_finite([spoiled], through_bases=True)
+
+
+def test_float64_weights_beyond_float32s_range_are_finite():
+    huge = torch.full((5,), 1e300, dtype=torch.float64)
+    assert all_finite([huge, torch.ones(3)]) and all_finite([huge], through_bases=True)
+    huge[1] = math.inf
+    assert not all_finite([huge, torch.ones(3)])
