@@ -120,11 +120,12 @@ class Interference:
         if not len(clients):
             return
         motion = self.motion
-        t = self._tick * motion.tick_s  # type: ignore[attr-defined]
-        if motion.positions_of is not None:  # type: ignore[attr-defined]
-            x, y = motion.positions_of(t, clients)  # type: ignore[attr-defined]
+        assert motion is not None
+        t = self._tick * motion.tick_s
+        if motion.positions_of is not None:
+            x, y = motion.positions_of(t, clients)
         else:
-            x, y = (v[clients] for v in motion.positions(t))  # type: ignore[attr-defined]
+            x, y = (v[clients] for v in motion.positions(t))
         self.client_x[clients], self.client_y[clients] = x, y
 
     def _serve(self, client: int, target: int) -> None:

@@ -5,10 +5,10 @@ Each selected client of a compute-and-wait round downloads, runs its tasks and u
 nothing in the round can fail or wait (no fault model, no job handles asked for, a
 :meth:`~mecsim.net.network.Network.unhindered` network, a delivery for every client,
 every client idle), the same steps are a chain of callbacks: on the download's end
-event, on a timeout at each task's end, on the upload's end event. Each link schedules what the client's
-process would schedule, at the same point of the same step, in SimPy's own queue, so
-events that tie in time keep their order and the tables are the process path's byte
-for byte (``tests/protocols/test_chained_clients.py``). The radio, the handover
+event, on a timeout at each task's end, on the upload's end event. Each link schedules
+what the client's process would schedule, at the same point of the same step, in SimPy's
+own queue, so events that tie in time keep their order and the tables are the process
+path's byte for byte (``tests/protocols/test_chained_clients.py``). The radio, the handover
 recorder and the server stay SimPy processes and callbacks, interleaved as before;
 what the chain saves is each client's process, its start and end events and the
 generator frames every step resumes through. Nothing of a compute-and-wait round is
