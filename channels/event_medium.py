@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from mecsim.channels import fluid, kernels
+from mecsim.channels import fluid, kernels, tick_pass
 from mecsim.channels.change_search import search
 from mecsim.channels.key_queue import KeyQueue
 from mecsim.channels.medium import Medium, Site
@@ -56,6 +56,9 @@ _SEARCHED = ("anchor", "heard", "rate", "sinr", "remaining", "sinr_time", "rx_ce
              "share_p", *LINK, "bits", "done", "start", "block", "coherence", "deadline")  # fmt: skip
 """Those :func:`~mecsim.channels.change_search.search` takes after the log and ``t``."""
 _NONE = np.zeros(0, dtype=np.int64)  # no rows
+_BROUGHT = ("at", "anchor", "heard", "rate", "sinr", "remaining", "sinr_time", "rx_cell",
+            "share_b", "share_p", *LINK)  # fmt: skip
+"""The row columns :func:`~mecsim.channels.tick_pass.bring_and_aim` integrates, in its order."""
 
 
 class EventMedium(Medium, Pieces):
@@ -232,13 +235,16 @@ class EventMedium(Medium, Pieces):
         (:func:`~mecsim.channels.kernels.refresh`; a fixed-rate multicast's rows again, at
         their group's lowest rate)."""
         rows = self._groups(rows)
-        a = self.slots.a
+        self._rerate(rows, t)
+        self._queue.push(rows, self.slots.a["key"], self.slots.a["stamp"], self.slots.live)
+
+    def _rerate(self, rows: np.ndarray, t: float) -> None:
+        """:meth:`_refresh` of ``rows`` (with their multicast mates), not yet pushed."""
         fields = self._row_columns(_REFRESHED)
         refresh = kernels.by_rows(len(rows), kernels.refresh, kernels.refresh_parallel)
         refresh(rows, t, *fields, kernels.NO_CAP)
         if self.slots.any_worst and self.slots.worst[rows].any():
-            refresh(rows, t, *fields, self._group_min(rows, a["rate"][rows]))
-        self._queue.push(rows, a["key"], a["stamp"], self.slots.live)
+            refresh(rows, t, *fields, self._group_min(rows, self.slots.a["rate"][rows]))
 
     def _row_columns(self, names: tuple[str, ...]) -> tuple:
         """The rows' arrays ``names`` (``"done"``: the fraction of its bits left at which a
@@ -355,16 +361,23 @@ class EventMedium(Medium, Pieces):
         (:func:`~mecsim.channels.kernels.aim`), then the path gains."""
         assert self.motion is not None and self.serving is not None
         a = self.slots.a
-        if self._station_xy is None:
-            self._station_xy = np.asarray(self.motion.cells, dtype=float).reshape(-1, 2)
         cx, cy = self._client_xy(a["client"][index])
         aim = kernels.by_rows(len(index), kernels.aim, kernels.aim_parallel)
-        d = aim(index, self.slots.up, a["client"], a["tx"], self.serving, self._station_xy,
+        d = aim(index, self.slots.up, a["client"], a["tx"], self.serving, self._stations_xy(),
                 *self._sites()[:2], cx, cy, a["rx"], a["ry"])  # fmt: skip
         a["path_gain"][index] = self.gain(d)
 
+    def _stations_xy(self) -> np.ndarray:
+        """The cells' base stations, [cell x 2] (m)."""
+        if self._station_xy is None:
+            assert self.motion is not None
+            self._station_xy = np.asarray(self.motion.cells, dtype=float).reshape(-1, 2)
+        return self._station_xy
+
     def _new_tick(self, k: int, t: float) -> None:
         rows = self.slots.index()
+        if self._compiled_tick(rows, k, t):
+            return
         if len(rows):  # at the old tick's gains; refreshed at the new tick's below
             self._evaluate(rows, t, refresh=False)
         self._version += 1
@@ -376,6 +389,47 @@ class EventMedium(Medium, Pieces):
             self._aim(rows)
             self.slots.a["heard"][rows] = self._heard_now(rows)
             self._refresh(rows, t)
+
+    def _compiled_tick(self, rows: np.ndarray, k: int, t: float) -> bool:
+        """:meth:`_new_tick` with its uplink rows in two compiled calls
+        (:mod:`~mecsim.channels.tick_pass`), the downlink rows as there, where the rows are
+        over 16 (:meth:`_heard_now` sums them all), the path loss is products and every
+        uplink piece's gains are in the table; False, having done nothing, elsewhere."""
+        a, log, slots = self.slots.a, self.logs[True], self.slots
+        if len(rows) <= 16 or self.gain_form is None or not self._searchable():
+            return False
+        _, stations, table, stamp, _ = self._gains  # type: ignore[misc]
+        up = slots.up[rows]
+        ups, downs = rows[up], rows[~up]
+        if not len(ups) or not tick_pass.stamped(ups, a["at"], log.tx, log.n, stamp, self._tick):
+            return False
+        if len(downs):  # at the old tick's gains
+            self._integrate(downs, self.logs[False], t)
+            a["anchor"][downs], a["at"][downs] = t, 0
+        n, self._tick = log.n, k
+        self._version += 1
+        for each in self.logs.values():
+            each.n = 0
+        cx, cy = self._client_xy(a["client"][rows])
+        co, width = self._co_matrix(self._cell_bound()), self._width()
+        d = tick_pass.bring_and_aim(ups, rows, n, t, stations, table, co, width, log.t, log.tx,
+                                    log.sign, log.cell, *(a[f] for f in _BROUGHT), slots.up,
+                                    a["client"], a["tx"], self.serving, self._stations_xy(),
+                                    *self._sites()[:2], cx, cy, a["rx"], a["ry"])  # fmt: skip
+        a["path_gain"][rows] = self.gain(d)
+        rx_cell, band = self._cells()[a["tx"][rows]], a["share_b"][rows]
+        senders = self._in_band_order(self._on_air(True), self._air[True])
+        stations, gains = self._station_gains(senders)
+        full, scaled, bands, ends = tick_pass.heard_refreshed(
+            ups, t, rx_cell[up], band[up], senders, stations, width, self._on_cell, co, gains,
+            log.tx, log.sign, log.cell, *self._row_columns(_REFRESHED))  # fmt: skip
+        self._board = StationBoard(k, self._gains, 0, len(senders), bands, ends, full, scaled)
+        if len(downs):
+            a["heard"][downs] = self._radios_heard(downs, rx_cell[~up], band[~up],
+                                                   self._on_air(False))  # fmt: skip
+            self._rerate(downs, t)
+        self._queue.reset(rows, a["key"], a["stamp"])
+        return True
 
     def _hand_overs(self, handovers: list) -> None:
         """A client with nothing open only changes cells: its handover touches no row (and

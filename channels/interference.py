@@ -205,10 +205,7 @@ class Interference:
                 continue
             rows = index[mine]
             if self.motion is not None:  # gains of every client to every radio, per tick
-                radios, table = self._radio_gains(a["client"][rows])
-                heard[mine] = compiled().radios_heard(
-                    a["client"][rows], rx_cell[mine], share_b[mine], table,
-                    np.searchsorted(radios, senders), cell[senders], width[senders], co)  # fmt: skip
+                heard[mine] = self._radios_heard(rows, rx_cell[mine], share_b[mine], senders)
                 continue
             d = np.hypot(x[senders][None, :] - a["rx"][rows][:, None],
                          y[senders][None, :] - a["ry"][rows][:, None])  # fmt: skip
@@ -218,6 +215,19 @@ class Interference:
             share = np.minimum(1.0, share_b[mine][:, None] / width[senders][None, :])
             heard[mine] = (g * share).sum(axis=1)
         return heard
+
+    def _radios_heard(
+        self, rows: np.ndarray, rx_cell: np.ndarray, band: np.ndarray, senders: np.ndarray
+    ) -> np.ndarray:
+        """The interference downlink ``rows`` of moving clients (in cells ``rx_cell``,
+        holding ``band``) hear from the cell radios ``senders`` on the air, from the tick's
+        [client x radio] gains (:func:`~mecsim.channels.kernels.radios_heard`)."""
+        clients = self.slots.a["client"][rows]
+        radios, table = self._radio_gains(clients)
+        cell, co = self._cells(), self._co_matrix(self._cell_bound())
+        return compiled().radios_heard(clients, rx_cell, band, table,
+                                       np.searchsorted(radios, senders), cell[senders],
+                                       self._width()[senders], co)  # fmt: skip
 
     def _radio_gains(self, clients: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(the cell radios' transmitter indices; [client x radio] ``P h(d)`` from each

@@ -209,6 +209,16 @@ class KeyQueue:
             rebuild(self.key, self.row, self.stamp, self.size, open_rows, key, stamp)
         push_rows(self.key, self.row, self.stamp, self.size, rows, key, stamp)
 
+    def reset(self, rows: np.ndarray, key: np.ndarray, stamp: np.ndarray) -> None:
+        """The heap of ``rows`` (every open row, all refreshed at once) at their ``key``:
+        built in one pass rather than pushed, which would leave an entry gone stale per
+        row to pop later."""
+        if len(self.key) < 2 * len(rows) + 256:
+            size = 2 * len(rows) + 256
+            self.key = np.empty(size)
+            self.row, self.stamp = np.empty(size, np.int64), np.empty(size, np.int64)
+        rebuild(self.key, self.row, self.stamp, self.size, rows, key, stamp)
+
     def candidates(self, stamp: np.ndarray, alive: np.ndarray, up: np.ndarray, at: np.ndarray,
                    logged: tuple[int, int], done_at: np.ndarray, key: np.ndarray,
                    limit: float, most: int) -> tuple[float, np.ndarray]:  # fmt: skip

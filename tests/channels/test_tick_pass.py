@@ -1,0 +1,54 @@
+"""The event medium's compiled tick (``channels/tick_pass.py``) against its general path.
+
+A tick where every open reception is an uplink, or uplinks beside a broadcast's
+downlinks, runs its uplink rows through two compiled calls; the general path runs the
+same loops from Python. The two must give the same events table to the bit.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+import mecsim
+from mecsim.channels.event_medium import EventMedium
+from tests.net.test_event_medium_runs import MOVING
+
+
+def _run(tiny: dict, settings: list[str]) -> pd.DataFrame:
+    return mecsim.run(tiny, [*settings, 'network.medium="event"'], write=False).events
+
+
+@pytest.mark.parametrize("kind", ["compute_and_wait", "wait_free"])
+def test_the_compiled_tick_gives_the_general_paths_table_to_the_bit(tiny, monkeypatch, kind):
+    settings = [*MOVING, "clients.count=120", f"protocol.kind={kind}"]
+    compiled_tick = EventMedium._compiled_tick
+    taken = {"uplinks only": 0, "with downlinks": 0}
+
+    def counted(self, rows, k, t):
+        downs = int((~self.slots.up[rows]).sum())
+        done = compiled_tick(self, rows, k, t)
+        if done:
+            taken["with downlinks" if downs else "uplinks only"] += 1
+        return done
+
+    monkeypatch.setattr(EventMedium, "_compiled_tick", counted)
+    fast = _run(tiny, settings)
+    assert taken["uplinks only"] > 0 and taken["with downlinks"] > 0
+    monkeypatch.setattr(EventMedium, "_compiled_tick", lambda self, rows, k, t: False)
+    general = _run(tiny, settings)
+    pd.testing.assert_frame_equal(fast, general, check_exact=True)
+
+
+def test_a_power_path_loss_keeps_the_general_path(tiny, monkeypatch):
+    """An odd exponent has no product form: the tick is numpy's powers, never compiled."""
+    calls = []
+    compiled_tick = EventMedium._compiled_tick
+
+    def watched(self, rows, k, t):
+        calls.append(compiled_tick(self, rows, k, t))
+        return calls[-1]
+
+    monkeypatch.setattr(EventMedium, "_compiled_tick", watched)
+    _run(tiny, [*MOVING, "clients.count=60", "network.exponent=3.0"])
+    assert calls and not any(calls)
