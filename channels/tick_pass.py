@@ -17,6 +17,7 @@ the bit (``tests/channels/test_tick_pass.py``).
 
 from __future__ import annotations
 
+import numba
 import numpy as np
 from numba import njit
 
@@ -32,6 +33,12 @@ from mecsim.channels.kernels import (
     station_heard_parallel,
     station_tables,
 )
+
+# A function loaded from numba's cache that calls a parallel one does not launch numba's
+# threads, as the parallel one's own dispatcher does on first use: called in a process
+# where no parallel loop has run yet (a few clients on the air), it segfaulted. Launched
+# here, before either can be called.
+numba.get_num_threads()
 
 
 @njit(cache=True)

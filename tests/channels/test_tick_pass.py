@@ -7,6 +7,10 @@ same loops from Python. The two must give the same events table to the bit.
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pandas as pd
 import pytest
 
@@ -52,3 +56,26 @@ def test_a_power_path_loss_keeps_the_general_path(tiny, monkeypatch):
     monkeypatch.setattr(EventMedium, "_compiled_tick", watched)
     _run(tiny, [*MOVING, "clients.count=60", "network.exponent=3.0"])
     assert calls and not any(calls)
+
+
+SERIAL_ONLY = """
+import mecsim
+from mecsim.channels.event_medium import EventMedium
+from tests.net.test_event_medium_runs import MOVING
+from tests.conftest import TINY
+taken, tick = [], EventMedium._compiled_tick
+EventMedium._compiled_tick = lambda self, *a: taken.append(tick(self, *a)) or taken[-1]
+mecsim.run(TINY, [*MOVING, "clients.count=40", 'network.medium="event"'], write=False)
+assert any(taken), "no compiled tick"
+"""
+
+
+def test_a_process_that_has_run_no_parallel_loop_takes_the_cached_tick():
+    """A compiled tick loaded from numba's cache calls parallel loops; in a process where
+    none had launched numba's threads yet (40 clients: every row loop serial), it
+    segfaulted. The first process may compile (and cache), the second loads."""
+    root = Path(__file__).parents[2]
+    for _ in range(2):
+        done = subprocess.run([sys.executable, "-c", SERIAL_ONLY], cwd=root, capture_output=True,
+                              text=True, timeout=600)  # fmt: skip
+        assert done.returncode == 0, done.stderr[-3000:]
