@@ -48,7 +48,8 @@ def search(
     key: np.ndarray, limit: float, most: int, stations: np.ndarray, table: np.ndarray,
     table_stamp: np.ndarray, tick: int, co: np.ndarray, width: np.ndarray, log_t: np.ndarray,
     log_tx: np.ndarray, log_sign: np.ndarray, log_cell: np.ndarray, n: int, t: float,
-    anchor: np.ndarray, heard: np.ndarray, rate: np.ndarray, sinr: np.ndarray,
+    anchor: np.ndarray, heard: np.ndarray, floor: np.ndarray, rate: np.ndarray,
+    sinr: np.ndarray,
     remaining: np.ndarray, sinr_time: np.ndarray, rx_cell: np.ndarray, share_b: np.ndarray,
     share_p: np.ndarray, noise_psd: np.ndarray, fade: np.ndarray, path_gain: np.ndarray,
     interference_w: np.ndarray, efficiency: np.ndarray, min_sinr: np.ndarray,
@@ -74,7 +75,7 @@ def search(
                   share_p, noise_psd, fade, path_gain, interference_w, efficiency, min_sinr)  # fmt: skip
         for r in found:
             anchor[r], at[r] = t, n
-        refresh(found, t, remaining, bits, done, heard, share_b, share_p, noise_psd, fade,
+        refresh(found, t, remaining, bits, done, heard, floor, share_b, share_p, noise_psd, fade,
                 path_gain, interference_w, efficiency, min_sinr, start, block, coherence,
                 deadline, rate, sinr, done_at, key, NO_CAP)  # fmt: skip
         push_rows(hk, hr, hs, size, found, key, stamp)

@@ -110,7 +110,7 @@ integrate, integrate_parallel = _twins(_integrate, "integrate")
 
 def _refresh(
     rows: np.ndarray, t: float, remaining: np.ndarray, bits: np.ndarray, done: float,
-    heard: np.ndarray, share_b: np.ndarray, share_p: np.ndarray, noise_psd: np.ndarray,
+    heard: np.ndarray, floor: np.ndarray, share_b: np.ndarray, share_p: np.ndarray, noise_psd: np.ndarray,
     fade: np.ndarray, path_gain: np.ndarray, interference_w: np.ndarray,
     efficiency: np.ndarray, min_sinr: np.ndarray, start: np.ndarray, block: np.ndarray,
     coherence: np.ndarray, deadline: np.ndarray, rate: np.ndarray, sinr: np.ndarray,
@@ -119,9 +119,9 @@ def _refresh(
     """Rows ``rows`` anchored at ``t``: their rate and SINR at the interference ``heard``
     (the rate at most ``cap[i]`` where ``cap`` is given: a fixed-rate multicast at its
     lowest), when each ends if nothing changes (``done_at``: done, its fading block over
-    or its deadline passed) and the same with no interference from other cells (``key``;
-    ``t`` for a row already done, at most ``done`` of its ``bits`` left, which ends at
-    the next change point)."""
+    or its deadline passed) and the same with only its ``floor`` of interference from
+    other cells, the least it can hear (``key``; ``t`` for a row already done, at most
+    ``done`` of its ``bits`` left, which ends at the next change point)."""
     for i in prange(len(rows)):
         r = rows[i]
         link = (share_b[r], share_p[r], noise_psd[r], fade[r], path_gain[r],
@@ -129,7 +129,7 @@ def _refresh(
         rate[r], sinr[r] = link_rate(*link, heard[r])
         if len(cap):
             rate[r] = min(rate[r], cap[i])
-        best = link_rate(*link, 0.0)[0]
+        best = link_rate(*link, floor[r])[0]
         own = min(start[r] + (block[r] + 1) * coherence[r], deadline[r])
         done_at[r] = min(t + remaining[r] / rate[r] if rate[r] > 0 else math.inf, own)
         key[r] = min(t + remaining[r] / best if best > 0 else math.inf, own)

@@ -94,8 +94,12 @@ class Motion:
     """``positions_of(t, clients) -> (x, y)`` of some clients (else ``positions``' rows)."""
 
     def tick(self, t: float) -> int:
-        """The tick ``t`` falls in: ``k tick_s <= t < (k + 1) tick_s``."""
+        """The tick ``t`` falls in: ``k tick_s <= t < (k + 1) tick_s``, in the products the
+        handover schedule's times are (``t / tick_s`` can round up to ``k`` at a ``t`` just
+        below ``k tick_s``, which then started tick ``k`` before its handovers)."""
         k = math.floor(t / self.tick_s)
+        if k * self.tick_s > t:
+            return k - 1
         return k + 1 if (k + 1) * self.tick_s <= t else k
 
 
@@ -317,7 +321,8 @@ class Medium(Interference):
         if motion is None or t == self._moved_at:
             return
         k = motion.tick(t)
-        if k != self._tick:
+        ticked = k != self._tick
+        if ticked:
             self._new_tick(k, t)
         self._hand_overs(motion.schedule.between(self._moved_until, t))
         self._moved_until = max(self._moved_until, t)
@@ -326,6 +331,8 @@ class Medium(Interference):
             self.suspended = [s for s in self.suspended if s[0] > t]
             for _, r, left, up in due:
                 self._resume(r, left, up)
+        if ticked:
+            self._ticked(t)
         self._moved_at = t
 
     def _new_tick(self, k: int, t: float) -> None:
@@ -334,6 +341,9 @@ class Medium(Interference):
         self._tick = k  # clients' positions: filled as asked for (_client_xy)
         self._aim(np.arange(len(self.slots)))
         self._plan = None
+
+    def _ticked(self, t: float) -> None:
+        """After the tick at ``t`` and the handovers and resumes at it (a hook)."""
 
     def _hand_overs(self, handovers: list) -> None:
         """The ``handovers`` (in time order), one by one."""

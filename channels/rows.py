@@ -15,9 +15,11 @@ the reception's whole life and a closed row goes on a free list. Besides
 - ``rate`` / ``sinr``: its rate and SINR from ``anchor``, ``done_at``: when it ends,
   its block ends or its deadline passes if nothing else changes;
 - ``key``: a time before which it cannot end, its block cannot end and its deadline
-  cannot pass, whatever the others do (its bits at the rate it would have with no
-  interference from other cells); ``stamp``: bumped at each new key (the
-  :class:`~mecsim.channels.key_queue.KeyQueue` entry of an older key is stale).
+  cannot pass, whatever the others do (its bits at the rate it would have with only
+  ``floor`` of interference from other cells); ``stamp``: bumped at each new key (the
+  :class:`~mecsim.channels.key_queue.KeyQueue` entry of an older key is stale);
+- ``floor``: interference it hears at least until the next tick of moving clients (from
+  the senders sure to stay on the air until then; 0 where none is known).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ import numpy as np
 from mecsim.channels.fluid import FIELDS
 from mecsim.channels.sharing import Reception
 
-STATE = ("anchor", "heard", "share_b", "share_p", "rate", "sinr", "done_at", "key")
+STATE = ("anchor", "heard", "floor", "share_b", "share_p", "rate", "sinr", "done_at", "key")
 INTS = ("tx", "tr", "client", "at", "rx_cell", "stamp")
 
 

@@ -17,9 +17,11 @@ the bit (``tests/channels/test_tick_pass.py``).
 
 from __future__ import annotations
 
+import math
+
 import numba
 import numpy as np
-from numba import njit
+from numba import njit, prange
 
 from mecsim.channels.kernels import (
     PARALLEL_ROWS,
@@ -27,6 +29,7 @@ from mecsim.channels.kernels import (
     aim_parallel,
     integrate,
     integrate_parallel,
+    link_rate,
     refresh,
     refresh_parallel,
     station_heard,
@@ -95,7 +98,7 @@ def heard_refreshed(
     stations: np.ndarray, width: np.ndarray, on_cell: np.ndarray, co: np.ndarray,
     gains: np.ndarray, log_tx: np.ndarray, log_sign: np.ndarray, log_cell: np.ndarray,
     remaining: np.ndarray, bits: np.ndarray, done: float, heard: np.ndarray,
-    share_b: np.ndarray, share_p: np.ndarray, noise_psd: np.ndarray, fade: np.ndarray,
+    floor: np.ndarray, share_b: np.ndarray, share_p: np.ndarray, noise_psd: np.ndarray, fade: np.ndarray,
     path_gain: np.ndarray, interference_w: np.ndarray, efficiency: np.ndarray,
     min_sinr: np.ndarray, start: np.ndarray, block: np.ndarray, coherence: np.ndarray,
     deadline: np.ndarray, rate: np.ndarray, sinr: np.ndarray, done_at: np.ndarray,
@@ -114,7 +117,7 @@ def heard_refreshed(
     now = station_heard_parallel(*looked_up) if many else station_heard(*looked_up)
     for i in range(len(rows)):
         heard[rows[i]] = now[i]
-    refreshed = (rows, t, remaining, bits, done, heard, share_b, share_p, noise_psd, fade,
+    refreshed = (rows, t, remaining, bits, done, heard, floor, share_b, share_p, noise_psd, fade,
                  path_gain, interference_w, efficiency, min_sinr, start, block, coherence,
                  deadline, rate, sinr, done_at, key, np.zeros(0))  # fmt: skip
     if many:
@@ -122,3 +125,54 @@ def heard_refreshed(
     else:
         refresh(*refreshed)
     return full, scaled, bands, ends
+
+
+FLOOR_MARGIN = 1e-6
+"""A floor's part below the sum it bounds: the interference a row hears is summed in another
+order (the board, then the events since), so a floor equal to it could pass it by a
+rounding, and a key taken at it fall after the end it bounds."""
+
+
+@njit(cache=True, parallel=True)
+def floored(
+    rows: np.ndarray, until: float, senders: np.ndarray, stations: np.ndarray,
+    width: np.ndarray, on_cell: np.ndarray, co: np.ndarray, gains: np.ndarray, tx: np.ndarray,
+    rx_cell: np.ndarray, anchor: np.ndarray, remaining: np.ndarray, bits: np.ndarray,
+    done: float, floor: np.ndarray, share_b: np.ndarray, share_p: np.ndarray,
+    noise_psd: np.ndarray, fade: np.ndarray, path_gain: np.ndarray,
+    interference_w: np.ndarray, efficiency: np.ndarray, min_sinr: np.ndarray,
+    start: np.ndarray, block: np.ndarray, coherence: np.ndarray, deadline: np.ndarray,
+    key: np.ndarray,
+) -> np.ndarray:  # fmt: skip
+    """Uplink ``rows``' ``floor``, less than the interference they hear until ``until``:
+    per station, the gains of the ``senders`` sure to stay on the air until then (those
+    with a row whose key, taken with no floor, is not before it: none can end, fail or
+    break sooner), each counted by ``b / B`` of the widest of their bands ``B`` (at most
+    the ``min(1, b / B)`` it counts by), less :data:`FLOOR_MARGIN`; and each row's key
+    again at its floor, as :func:`~mecsim.channels.kernels.refresh` takes it (a row
+    already done keeps its own). Only rows whose key falls before ``until`` take one: the
+    others cannot end before the next tick takes their keys again (their floor stays 0).
+    Returns the rows that took one."""
+    lasting = np.zeros(len(width), dtype=np.bool_)
+    for r in rows:
+        if key[r] >= until:
+            lasting[tx[r]] = True
+    summed, widest = np.zeros(len(stations)), 0.0
+    for x in senders:
+        if lasting[x]:
+            widest = max(widest, width[x])
+            for s in range(len(stations)):
+                if co[stations[s], on_cell[x]]:
+                    summed[s] += gains[x, s]
+    soon = rows[key[rows] < until]  # the others cannot end before the next tick anyway
+    which = np.searchsorted(stations, rx_cell[soon])
+    for i in prange(len(soon)):
+        r = soon[i]
+        share = min(1.0, share_b[r] / widest) if widest > 0 else 0.0
+        floor[r] = (1.0 - FLOOR_MARGIN) * summed[which[i]] * share
+        if remaining[r] > done * bits[r]:
+            best = link_rate(share_b[r], share_p[r], noise_psd[r], fade[r], path_gain[r],
+                             interference_w[r], efficiency[r], min_sinr[r], floor[r])[0]  # fmt: skip
+            own = min(start[r] + (block[r] + 1) * coherence[r], deadline[r])
+            key[r] = min(anchor[r] + remaining[r] / best if best > 0 else math.inf, own)
+    return soon

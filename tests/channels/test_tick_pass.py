@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -79,3 +80,41 @@ def test_a_process_that_has_run_no_parallel_loop_takes_the_cached_tick():
         done = subprocess.run([sys.executable, "-c", SERIAL_ONLY], cwd=root, capture_output=True,
                               text=True, timeout=600)  # fmt: skip
         assert done.returncode == 0, done.stderr[-3000:]
+
+
+def test_a_tick_starts_where_the_handover_schedules_times_put_it():
+    """Tick ``k`` starts at ``k * tick_s``, the product the handover schedule times its
+    handovers at: ``t / tick_s`` rounds up to ``k`` at some ``t`` just below it (44.05 s
+    of 10 ms ticks), which started tick 4405 before its handovers."""
+    from mecsim.channels.medium import Motion
+
+    for tick_s in (0.01, 0.005, 1 / 3, 0.1):
+        motion = Motion(lambda t: (np.zeros(1), np.zeros(1)), None, [(0.0, 0.0)], tick_s,
+                        np.zeros(1, dtype=np.int64))  # fmt: skip
+        for k in range(1, 20_000, 7):
+            start = k * tick_s
+            assert motion.tick(start) == k
+            assert motion.tick(np.nextafter(start, -np.inf)) == k - 1
+
+
+def test_no_uplink_hears_less_than_its_floor_until_the_next_tick(tiny, monkeypatch):
+    """A row's key is taken at the interference it hears at least until the next tick (its
+    floor, from the senders sure to stay on the air until then); hearing less would end it
+    before its key, unseen by the search."""
+    checked = []
+    advance = EventMedium.advance
+
+    def watched(self, until):
+        ended = advance(self, until)
+        rows = self.slots.index()
+        ups = rows[self.slots.up[rows]]
+        if len(ups) > 16:
+            heard = self._heard(self.slots.a["share_b"][ups], ups)
+            floor = self.slots.a["floor"][ups]
+            assert (heard >= floor).all(), (self.now, (floor - heard).max())
+            checked.append(int((floor > 0).sum()))
+        return ended
+
+    monkeypatch.setattr(EventMedium, "advance", watched)
+    _run(tiny, [*MOVING, "clients.count=150", "protocol.rounds=3"])
+    assert sum(checked) > 1000  # floors were set and held
