@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from mecsim.channels.kernels import NO_CAP, integrate, refresh
+from mecsim.channels.kernels import NO_CAP, integrate, refresh, stamped
 from mecsim.channels.key_queue import candidates, push_rows
 
 
@@ -30,15 +30,10 @@ def _here(found: np.ndarray, up: np.ndarray, at: np.ndarray, log_tx: np.ndarray,
     the heap for their new entries."""
     if size + len(found) > room:
         return False
-    first = n
     for r in found:
         if not up[r]:
             return False
-        first = min(first, at[r])
-    for e in range(first, n):
-        if table_stamp[log_tx[e]] != tick:
-            return False
-    return True
+    return stamped(found, at, log_tx, n, table_stamp, tick)
 
 
 @njit(cache=True)

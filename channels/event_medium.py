@@ -405,7 +405,7 @@ class EventMedium(Medium, Pieces):
         _, stations, table, stamp, _ = self._gains  # type: ignore[misc]
         up = slots.up[rows]
         ups, downs = rows[up], rows[~up]
-        if not len(ups) or not tick_pass.stamped(ups, a["at"], log.tx, log.n, stamp, self._tick):
+        if not len(ups) or not kernels.stamped(ups, a["at"], log.tx, log.n, stamp, self._tick):
             return False
         if len(downs):  # at the old tick's gains
             self._integrate(downs, self.logs[False], t)

@@ -153,6 +153,21 @@ def rows_where(alive: np.ndarray, column: np.ndarray, value: int) -> np.ndarray:
 
 
 @njit(cache=True)
+def stamped(rows: np.ndarray, at: np.ndarray, log_tx: np.ndarray, n: int,
+            table_stamp: np.ndarray, tick: int) -> bool:  # fmt: skip
+    """Whether the gains of every sender in the log since the anchors of ``rows`` (events
+    ``min(at[rows])`` to ``n - 1``) were computed in ``tick``: then no piece needs a gain
+    the stations' gain table does not hold."""
+    first = n
+    for r in rows:
+        first = min(first, at[r])
+    for e in range(first, n):
+        if table_stamp[log_tx[e]] != tick:
+            return False
+    return True
+
+
+@njit(cache=True)
 def station_tables(
     stations: np.ndarray, senders: np.ndarray, width: np.ndarray, cell: np.ndarray,
     co: np.ndarray, gains: np.ndarray,

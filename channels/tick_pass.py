@@ -45,21 +45,6 @@ numba.get_num_threads()
 
 
 @njit(cache=True)
-def stamped(rows: np.ndarray, at: np.ndarray, log_tx: np.ndarray, n: int,
-            table_stamp: np.ndarray, tick: int) -> bool:  # fmt: skip
-    """Whether the gains of every sender in the log since the anchors of ``rows`` (events
-    ``min(at[rows])`` to ``n - 1``) were computed in ``tick``: then no piece needs a gain
-    :func:`bring_and_aim` cannot read."""
-    first = n
-    for r in rows:
-        first = min(first, at[r])
-    for e in range(first, n):
-        if table_stamp[log_tx[e]] != tick:
-            return False
-    return True
-
-
-@njit(cache=True)
 def bring_and_aim(
     rows: np.ndarray, aimed: np.ndarray, n: int, t: float, stations: np.ndarray, table: np.ndarray,
     co: np.ndarray, width: np.ndarray, log_t: np.ndarray, log_tx: np.ndarray,
