@@ -436,12 +436,9 @@ class EventMedium(Medium, Pieces):
         return True
 
     def _ticked(self, t: float) -> None:
-        """The tick at ``t`` done (moves, handovers, resumes): the interference floor of
-        each uplink row that could end before the next tick, and its key at it
-        (:func:`~mecsim.channels.tick_pass.floored`). Keys taken with no interference fall
-        at a twentieth of an interference-limited reception's time left: each was
-        brought up to date again and again before it ended (12 rows a change point at
-        10,000 clients in 7 cells, 2 with floors)."""
+        """The tick at ``t`` done (moves, handovers, resumes): each uplink row that could
+        end before the next tick keyed at its interference floor until then
+        (:func:`~mecsim.channels.tick_pass.floored`; see docs/design.md)."""
         rows = self.slots.index()
         ups = rows[self.slots.up[rows]]
         if not len(ups):

@@ -20,7 +20,7 @@ steps every transmitter together from one change point to the next, each
 step at the rates of the interference it holds (the piecewise integration
 of :meth:`SharedTransmitter.advance`, coupled).
 
-With moving clients (a :class:`Motion`), every tick (``motion.tick_s``) is a
+With moving clients (a :class:`~mecsim.channels.motion.Motion`), every tick (``motion.tick_s``) is a
 change point too: clients' positions, hence every open reception's path gain
 and the interference geometry, are those of the tick's start. A handover
 (:class:`~mecsim.net.handover.HandoverSchedule`) detaches the client's open
@@ -37,12 +37,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
 
 import numpy as np
 
 from mecsim.channels import fluid
 from mecsim.channels.interference import Interference
+from mecsim.channels.motion import Motion
 from mecsim.channels.sharing import (
     PermanentOutage,
     Reception,
@@ -50,16 +50,6 @@ from mecsim.channels.sharing import (
     Transmission,
     step_length,
 )
-
-
-class Schedule(Protocol):
-    """Handovers over time (:class:`mecsim.net.handover.HandoverSchedule`)."""
-
-    interruption_s: float
-
-    def next_after(self, start: float, end: float) -> float: ...
-    def between(self, start: float, end: float) -> list: ...
-    def cell_of(self, client: int, t: float) -> int: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,35 +62,8 @@ class Site:
     direction: str
     """``"down"`` (a cell's radio) or ``"up"`` (a client's)."""
     client: int = -1
-    """The client whose uplink this is (-1: a cell's radio); with :class:`Motion`, its
+    """The client whose uplink this is (-1: a cell's radio); with :class:`~mecsim.channels.motion.Motion`, its
     position and cell are the client's current ones."""
-
-
-@dataclass
-class Motion:
-    """Moving clients: positions every tick, their serving cells and handovers."""
-
-    positions: Callable[[float], tuple[np.ndarray, np.ndarray]]
-    """``positions(t) -> (x, y)`` of every client, m."""
-    schedule: Schedule
-    cells: list[tuple[float, float]]
-    """Each cell's base station position (its receiver of uplinks)."""
-    tick_s: float
-    initial: np.ndarray
-    """Each client's cell at time 0."""
-    restart: bool = False
-    """A transfer broken by a handover starts over (else it resumes)."""
-    positions_of: Callable[[float, np.ndarray], tuple[np.ndarray, np.ndarray]] | None = None
-    """``positions_of(t, clients) -> (x, y)`` of some clients (else ``positions``' rows)."""
-
-    def tick(self, t: float) -> int:
-        """The tick ``t`` falls in: ``k tick_s <= t < (k + 1) tick_s``, in the products the
-        handover schedule's times are (``t / tick_s`` can round up to ``k`` at a ``t`` just
-        below ``k tick_s``, which then started tick ``k`` before its handovers)."""
-        k = math.floor(t / self.tick_s)
-        if k * self.tick_s > t:
-            return k - 1
-        return k + 1 if (k + 1) * self.tick_s <= t else k
 
 
 Receiver = Callable[[Site, Reception], tuple[float, float]]

@@ -41,14 +41,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import simpy
 
-from mecsim.channels import (
-    ChannelModel,
-    LogDistancePathLoss,
-    dbm_to_w,
-    make_fading,
-)
+from mecsim.channels import ChannelModel, LogDistancePathLoss, dbm_to_w, make_fading
 from mecsim.channels.fading import NoFading
-from mecsim.channels.medium import Medium, Motion, Site
+from mecsim.channels.medium import Medium, Site
+from mecsim.channels.motion import Motion
 from mecsim.channels.sharing import (
     FadingTrack,
     PermanentOutage,

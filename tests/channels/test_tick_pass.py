@@ -86,7 +86,7 @@ def test_a_tick_starts_where_the_handover_schedules_times_put_it():
     """Tick ``k`` starts at ``k * tick_s``, the product the handover schedule times its
     handovers at: ``t / tick_s`` rounds up to ``k`` at some ``t`` just below it (44.05 s
     of 10 ms ticks), which started tick 4405 before its handovers."""
-    from mecsim.channels.medium import Motion
+    from mecsim.channels.motion import Motion
 
     for tick_s in (0.01, 0.005, 1 / 3, 0.1):
         motion = Motion(lambda t: (np.zeros(1), np.zeros(1)), None, [(0.0, 0.0)], tick_s,

@@ -12,7 +12,8 @@ from mecsim.channels import LogDistancePathLoss
 from mecsim.channels.event_medium import EventMedium
 from mecsim.channels.fading import NoFading
 from mecsim.channels.link import LinkBudget
-from mecsim.channels.medium import Medium, Motion, Site
+from mecsim.channels.medium import Medium, Site
+from mecsim.channels.motion import Motion
 from mecsim.channels.sharing import FadingTrack, Reception, SharedTransmitter, Transmission
 from mecsim.channels.units import dbm_to_w
 from mecsim.net.geometry import Cell
