@@ -70,7 +70,7 @@ def search(
                   share_p, noise_psd, fade, path_gain, interference_w, efficiency, min_sinr)  # fmt: skip
         for r in found:
             anchor[r], at[r] = t, n
-        refresh(found, t, remaining, bits, done, heard, floor, share_b, share_p, noise_psd, fade,
-                path_gain, interference_w, efficiency, min_sinr, start, block, coherence,
+        refresh(found, t, remaining, bits, done, heard, floor, share_b, share_p, noise_psd,
+                fade, path_gain, interference_w, efficiency, min_sinr, start, block, coherence,
                 deadline, rate, sinr, done_at, key, NO_CAP)  # fmt: skip
         push_rows(hk, hr, hs, size, found, key, stamp)

@@ -49,11 +49,13 @@ from mecsim.channels.sharing import (
 from mecsim.channels.station_board import StationBoard
 
 _FIRST = 32  # receptions brought up to date first when the next change point is unknown
-_REFRESHED = ("remaining", "bits", "done", "heard", "floor", "share_b", "share_p", *LINK, "start",
-              "block", "coherence", "deadline", "rate", "sinr", "done_at", "key")  # fmt: skip
+_REFRESHED = ("remaining", "bits", "done", "heard", "floor", "share_b", "share_p", *LINK,
+              "start", "block", "coherence", "deadline", "rate", "sinr", "done_at",
+              "key")  # fmt: skip
 """The row columns :func:`~mecsim.channels.kernels.refresh` reads and writes, in its order."""
-_SEARCHED = ("anchor", "heard", "floor", "rate", "sinr", "remaining", "sinr_time", "rx_cell", "share_b",
-             "share_p", *LINK, "bits", "done", "start", "block", "coherence", "deadline")  # fmt: skip
+_SEARCHED = ("anchor", "heard", "floor", "rate", "sinr", "remaining", "sinr_time", "rx_cell",
+             "share_b", "share_p", *LINK, "bits", "done", "start", "block", "coherence",
+             "deadline")  # fmt: skip
 """Those :func:`~mecsim.channels.change_search.search` takes after the log and ``t``."""
 _FLOORED = ("anchor", "remaining", "bits", "done", "floor", "share_b", "share_p", *LINK,
             "start", "block", "coherence", "deadline", "key")  # fmt: skip
@@ -200,9 +202,9 @@ class EventMedium(Medium, Pieces):
         columns: dict[str, object] = dict(
             fluid.reception_row(receptions[0], *rx[0], self.now)  # one: scalars, as Rows takes
             if len(receptions) == 1 else fluid.reception_fields(receptions, rx, self.now))  # fmt: skip
-        columns.update(tx=x, tr=tr, up=up, worst=transmission.worst, rx_cell=cell, floor=0.0,
-                       at=self.logs[up].n, anchor=self.now, share_b=self._width()[x] / n,
-                       share_p=self._power()[x] / n)  # fmt: skip
+        columns.update(tx=x, tr=tr, up=up, worst=transmission.worst, rx_cell=cell,
+                       floor=0.0, at=self.logs[up].n, anchor=self.now,
+                       share_b=self._width()[x] / n, share_p=self._power()[x] / n)  # fmt: skip
         rows = self.slots.add(receptions, columns)
         a = self.slots.a  # the arrays grow
         if self.motion is not None:
@@ -444,11 +446,9 @@ class EventMedium(Medium, Pieces):
         if not len(ups):
             return
         assert self.motion is not None
-        if not self._gains_current():
-            self._station_gains(_NONE)  # a gain table for the stations there are now
         a, until = self.slots.a, (self.motion.tick(t) + 1) * self.motion.tick_s
         senders = self._on_air(True)
-        stations, gains = self._station_gains(senders)
+        stations, gains = self._station_gains(senders)  # a table for today's stations, filled
         keyed = tick_pass.floored(ups, until, senders, stations, self._width(), self._on_cell,
                                   self._co_matrix(self._cell_bound()), gains, a["tx"],
                                   a["rx_cell"], *self._row_columns(_FLOORED))  # fmt: skip

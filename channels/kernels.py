@@ -110,8 +110,8 @@ integrate, integrate_parallel = _twins(_integrate, "integrate")
 
 def _refresh(
     rows: np.ndarray, t: float, remaining: np.ndarray, bits: np.ndarray, done: float,
-    heard: np.ndarray, floor: np.ndarray, share_b: np.ndarray, share_p: np.ndarray, noise_psd: np.ndarray,
-    fade: np.ndarray, path_gain: np.ndarray, interference_w: np.ndarray,
+    heard: np.ndarray, floor: np.ndarray, share_b: np.ndarray, share_p: np.ndarray,
+    noise_psd: np.ndarray, fade: np.ndarray, path_gain: np.ndarray, interference_w: np.ndarray,
     efficiency: np.ndarray, min_sinr: np.ndarray, start: np.ndarray, block: np.ndarray,
     coherence: np.ndarray, deadline: np.ndarray, rate: np.ndarray, sinr: np.ndarray,
     done_at: np.ndarray, key: np.ndarray, cap: np.ndarray,

@@ -203,9 +203,7 @@ class KeyQueue:
         if len(self) + len(rows) > len(self.key):
             open_rows = np.flatnonzero(alive)
             if 2 * len(open_rows) + len(rows) >= len(self.key):  # too small even rebuilt
-                size = 2 * (len(open_rows) + len(rows)) + 256
-                self.key = np.empty(size)
-                self.row, self.stamp = np.empty(size, np.int64), np.empty(size, np.int64)
+                self._allocate(2 * (len(open_rows) + len(rows)) + 256)
             rebuild(self.key, self.row, self.stamp, self.size, open_rows, key, stamp)
         push_rows(self.key, self.row, self.stamp, self.size, rows, key, stamp)
 
@@ -214,10 +212,13 @@ class KeyQueue:
         built in one pass rather than pushed, which would leave an entry gone stale per
         row to pop later."""
         if len(self.key) < 2 * len(rows) + 256:
-            size = 2 * len(rows) + 256
-            self.key = np.empty(size)
-            self.row, self.stamp = np.empty(size, np.int64), np.empty(size, np.int64)
+            self._allocate(2 * len(rows) + 256)
         rebuild(self.key, self.row, self.stamp, self.size, rows, key, stamp)
+
+    def _allocate(self, size: int) -> None:
+        """Empty arrays of ``size`` entries for the heap (it is rebuilt into them)."""
+        self.key = np.empty(size)
+        self.row, self.stamp = np.empty(size, np.int64), np.empty(size, np.int64)
 
     def candidates(self, stamp: np.ndarray, alive: np.ndarray, up: np.ndarray, at: np.ndarray,
                    logged: tuple[int, int], done_at: np.ndarray, key: np.ndarray,

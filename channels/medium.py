@@ -20,9 +20,9 @@ steps every transmitter together from one change point to the next, each
 step at the rates of the interference it holds (the piecewise integration
 of :meth:`SharedTransmitter.advance`, coupled).
 
-With moving clients (a :class:`~mecsim.channels.motion.Motion`), every tick (``motion.tick_s``) is a
-change point too: clients' positions, hence every open reception's path gain
-and the interference geometry, are those of the tick's start. A handover
+With moving clients (a :class:`~mecsim.channels.motion.Motion`), every tick
+(``motion.tick_s``) is a change point too: clients' positions, hence every open
+reception's path gain and the interference geometry, are those of the tick's start. A handover
 (:class:`~mecsim.net.handover.HandoverSchedule`) detaches the client's open
 receptions at its time; after the interruption each goes on as a new
 transmission, a downlink one from the new cell's radio (in :attr:`Medium.resent`
@@ -62,8 +62,9 @@ class Site:
     direction: str
     """``"down"`` (a cell's radio) or ``"up"`` (a client's)."""
     client: int = -1
-    """The client whose uplink this is (-1: a cell's radio); with :class:`~mecsim.channels.motion.Motion`, its
-    position and cell are the client's current ones."""
+    """The client whose uplink this is (-1: a cell's radio); with
+    :class:`~mecsim.channels.motion.Motion`, its position and cell are the client's current
+    ones."""
 
 
 Receiver = Callable[[Site, Reception], tuple[float, float]]

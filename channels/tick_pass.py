@@ -5,14 +5,16 @@ at the new ones and given the new tick's interference and rates
 (:meth:`EventMedium._new_tick <mecsim.channels.event_medium.EventMedium._new_tick>`).
 That is eight compiled loops with ~60 array calls of Python between them, ~0.3 ms
 a tick at 2,000 receptions on the air (a 10,000-client round has ~2,000 ticks).
-Where every open reception is an uplink and the path loss is products (between a
-round's broadcasts, with an even path-loss exponent), the same loops run from two
-calls, in the same order on the same arrays: :func:`bring_and_aim` (the pieces
+Where the path loss is products (an even path-loss exponent), the uplink rows run the
+same loops from two calls, in the same order on the same arrays (the downlink rows,
+a broadcast's, as the general path does them): :func:`bring_and_aim` (the pieces
 since the anchors at the old gains, then each receiver and distance at the new
 positions), the path gains of those distances in numpy (its power), and
 :func:`heard_refreshed` (the station board at the new gains, each reception's
 interference from it, its rates and keys). A tick done so is the general path's to
-the bit (``tests/channels/test_tick_pass.py``).
+the bit (``tests/channels/test_tick_pass.py``). After the tick's handovers,
+:func:`floored` re-keys the uplinks that could end before the next tick at the
+interference they hear at least until then.
 """
 
 from __future__ import annotations
@@ -46,8 +48,8 @@ numba.get_num_threads()
 
 @njit(cache=True)
 def bring_and_aim(
-    rows: np.ndarray, aimed: np.ndarray, n: int, t: float, stations: np.ndarray, table: np.ndarray,
-    co: np.ndarray, width: np.ndarray, log_t: np.ndarray, log_tx: np.ndarray,
+    rows: np.ndarray, aimed: np.ndarray, n: int, t: float, stations: np.ndarray,
+    table: np.ndarray, co: np.ndarray, width: np.ndarray, log_t: np.ndarray, log_tx: np.ndarray,
     log_sign: np.ndarray, log_cell: np.ndarray, at: np.ndarray, anchor: np.ndarray,
     heard: np.ndarray, rate: np.ndarray, sinr: np.ndarray, remaining: np.ndarray,
     sinr_time: np.ndarray, rx_cell: np.ndarray, share_b: np.ndarray, share_p: np.ndarray,
@@ -66,7 +68,8 @@ def bring_and_aim(
     many = len(rows) >= PARALLEL_ROWS
     brought = (rows, gain_row, log_tx, table, co, width, log_t, log_tx, log_sign, log_cell, n,
                t, at, anchor, heard, rate, sinr, remaining, sinr_time, rx_cell, share_b,
-               share_p, noise_psd, fade, path_gain, interference_w, efficiency, min_sinr)  # fmt: skip
+               share_p, noise_psd, fade, path_gain, interference_w, efficiency,
+               min_sinr)  # fmt: skip
     if many:
         integrate_parallel(*brought)
     else:
@@ -83,8 +86,8 @@ def heard_refreshed(
     stations: np.ndarray, width: np.ndarray, on_cell: np.ndarray, co: np.ndarray,
     gains: np.ndarray, log_tx: np.ndarray, log_sign: np.ndarray, log_cell: np.ndarray,
     remaining: np.ndarray, bits: np.ndarray, done: float, heard: np.ndarray,
-    floor: np.ndarray, share_b: np.ndarray, share_p: np.ndarray, noise_psd: np.ndarray, fade: np.ndarray,
-    path_gain: np.ndarray, interference_w: np.ndarray, efficiency: np.ndarray,
+    floor: np.ndarray, share_b: np.ndarray, share_p: np.ndarray, noise_psd: np.ndarray,
+    fade: np.ndarray, path_gain: np.ndarray, interference_w: np.ndarray, efficiency: np.ndarray,
     min_sinr: np.ndarray, start: np.ndarray, block: np.ndarray, coherence: np.ndarray,
     deadline: np.ndarray, rate: np.ndarray, sinr: np.ndarray, done_at: np.ndarray,
     key: np.ndarray,
@@ -157,7 +160,8 @@ def floored(
         floor[r] = (1.0 - FLOOR_MARGIN) * summed[which[i]] * share
         if remaining[r] > done * bits[r]:
             best = link_rate(share_b[r], share_p[r], noise_psd[r], fade[r], path_gain[r],
-                             interference_w[r], efficiency[r], min_sinr[r], floor[r])[0]  # fmt: skip
+                             interference_w[r], efficiency[r], min_sinr[r],
+                             floor[r])[0]  # fmt: skip
             own = min(start[r] + (block[r] + 1) * coherence[r], deadline[r])
             key[r] = min(anchor[r] + remaining[r] / best if best > 0 else math.inf, own)
     return soon
